@@ -1,0 +1,32 @@
+// Float32 CPU backend: the reference forward pass, OpenBLAS for the matrix products.
+#pragma once
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "backend/cpu/ops.hpp"
+#include "comm/tp_comm.hpp"
+#include "model/hf_config.hpp"
+#include "model/weights.hpp"
+
+namespace layertap {
+
+class CpuBackend final : public Backend {
+ public:
+  // `comm` is this rank's tensor-parallel group; the weights must be this rank's slice.
+  CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm);
+  std::string name() const override { return "cpu"; }
+  std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
+                                              DType dtype) override;
+
+ private:
+  void attention(const LayerWeights& l, const float* h, int64_t T, const std::vector<int64_t>& offsets,
+                 int64_t window, float* out);
+  void mlp(const LayerWeights& l, const float* h, int64_t T, float* out);
+
+  ModelConfig c_;
+  ModelWeights w_;
+  TpComm& comm_;
+  cpu::Rope rope_;
+};
+
+}  // namespace layertap

@@ -1,0 +1,35 @@
+// Element types found in checkpoints and outputs, and exact conversions between them.
+#pragma once
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace layertap {
+
+enum class DType { F32, F16, BF16, I32, I64, U8 };
+
+std::size_t dtype_size(DType t);
+std::string_view dtype_name(DType t);              // "float32", "float16", "bfloat16", ...
+DType dtype_from_safetensors(std::string_view s);  // "F32", "F16", "BF16", ...; throws on others
+DType parse_dtype(std::string_view s);             // "float32"/"fp32"/"bfloat16"/"bf16"/...
+
+// bf16 is the top half of an IEEE float32: widening is exact.
+inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
+
+// Round to nearest even, as PyTorch and CUDA do; NaN stays NaN (quiet).
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// IEEE binary16 to float32, exact for all values including subnormals, Inf and NaN.
+float fp16_to_float(uint16_t h);
+
+// Convert `n` elements of type `t` at `src` into float32.
+void to_float(DType t, const void* src, float* dst, std::size_t n);
+
+}  // namespace layertap

@@ -1,0 +1,204 @@
+#include "model/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/digest.hpp"
+#include "core/error.hpp"
+
+namespace layertap {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// One read-only mapping of a .safetensors file: 8-byte little-endian header length, JSON header,
+// then the data block that the header's data_offsets index into.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    LT_CHECK(fd_ >= 0, "cannot open weights file '", path, "': ", std::strerror(errno));
+    struct stat st {};
+    LT_CHECK(::fstat(fd_, &st) == 0, "cannot stat '", path, "': ", std::strerror(errno));
+    size_ = std::size_t(st.st_size);
+    LT_CHECK(size_ >= 8, "weights file '", path, "' is too small to be safetensors (", size_, " bytes)");
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    LT_CHECK(p != MAP_FAILED, "cannot map '", path, "': ", std::strerror(errno));
+    base_ = static_cast<const std::byte*>(p);
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, base_, 8);  // little-endian on every platform we build for
+    LT_CHECK(header_len <= size_ - 8, "weights file '", path, "' has a header length ", header_len,
+             " beyond its size ", size_);
+    header_.assign(reinterpret_cast<const char*>(base_) + 8, std::size_t(header_len));
+    data_ = base_ + 8 + header_len;
+    data_size_ = size_ - 8 - std::size_t(header_len);
+  }
+  ~SafetensorsFile() {
+    if (base_) ::munmap(const_cast<std::byte*>(base_), size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  // Adds every tensor of this file to `out`, checking each one's bytes lie inside the data block.
+  void list(std::map<std::string, TensorInfo>& out) const {
+    json h;
+    try {
+      h = json::parse(header_);
+    } catch (const json::exception& e) {
+      LT_FAIL("weights file '", path_, "' has a malformed header: ", e.what());
+    }
+    for (auto& [name, v] : h.items()) {
+      if (name == "__metadata__") continue;
+      try {
+        TensorInfo t;
+        t.name = name;
+        t.file = path_;
+        t.dtype = dtype_from_safetensors(v.at("dtype").get<std::string>());
+        t.shape = v.at("shape").get<std::vector<int64_t>>();
+        const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+        LT_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size_, "data_offsets out of the file");
+        uint64_t n = 1;
+        for (int64_t d : t.shape) {
+          LT_CHECK(d >= 0, "negative dimension");
+          n *= uint64_t(d);
+        }
+        LT_CHECK(n * dtype_size(t.dtype) == off[1] - off[0], "holds ", off[1] - off[0],
+                 " bytes, its shape and dtype need ", n * dtype_size(t.dtype));
+        t.data = data_ + off[0];
+        LT_CHECK(out.emplace(name, t).second, "tensor appears in two files");
+      } catch (const Error& e) {
+        LT_FAIL("weights file '", path_, "': tensor '", name, "': ", e.what());
+      } catch (const json::exception& e) {
+        LT_FAIL("weights file '", path_, "': tensor '", name, "': malformed entry: ", e.what());
+      }
+    }
+  }
+
+  const std::string& header() const { return header_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::size_t size_ = 0;
+  const std::byte* base_ = nullptr;
+  const std::byte* data_ = nullptr;
+  std::size_t data_size_ = 0;
+  std::string header_;
+};
+
+std::vector<std::string> checkpoint_files(const std::string& model_dir) {
+  const fs::path dir(model_dir);
+  LT_CHECK(fs::is_directory(dir), "model directory '", model_dir, "' does not exist");
+  const fs::path index = dir / "model.safetensors.index.json";
+  const fs::path single = dir / "model.safetensors";
+  if (!fs::exists(index)) {
+    LT_CHECK(fs::exists(single), "model directory '", model_dir,
+             "' has neither model.safetensors nor model.safetensors.index.json");
+    return {single.string()};
+  }
+  std::ifstream in(index);
+  LT_CHECK(in, "cannot open '", index.string(), "'");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    LT_FAIL("'", index.string(), "' is not valid JSON: ", e.what());
+  }
+  LT_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "'", index.string(), "' has no weight_map");
+  std::set<std::string> names;
+  for (auto& [tensor, file] : j["weight_map"].items()) names.insert(file.get<std::string>());
+  std::vector<std::string> files;
+  for (const std::string& f : names) files.push_back((dir / f).string());
+  return files;
+}
+
+Checkpoint::Checkpoint(std::vector<std::string> files) : files_(std::move(files)) {
+  LT_CHECK(!files_.empty(), "a checkpoint needs at least one safetensors file");
+  Sha256 fp;
+  for (const std::string& f : files_) {
+    mapped_.push_back(std::make_unique<SafetensorsFile>(f));
+    mapped_.back()->list(tensors_);
+    fp.update(fs::path(f).filename().string());
+    fp.update(std::to_string(mapped_.back()->size()));
+    fp.update(mapped_.back()->header());
+  }
+  fingerprint_ = fp.hex();
+}
+
+Checkpoint::~Checkpoint() = default;
+
+bool Checkpoint::has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+const TensorInfo& Checkpoint::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  LT_CHECK(it != tensors_.end(), "tensor '", name, "' is missing from the checkpoint (",
+           files_.size() == 1 ? files_[0] : cat(files_.size(), " safetensors files"), ")");
+  return it->second;
+}
+
+namespace {
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += cat(i ? ", " : "", s[i]);
+  return out + "]";
+}
+}  // namespace
+
+void Checkpoint::check_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const {
+  LT_CHECK(t.shape == shape, "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape),
+           ", the config implies ", shape_str(shape));
+  LT_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16, "tensor '",
+           t.name, "' in '", t.file, "' has dtype ", dtype_name(t.dtype),
+           ", expected a floating-point type (float32, float16, bfloat16)");
+}
+
+std::vector<float> Checkpoint::read(const std::string& name, const std::vector<int64_t>& shape) const {
+  const TensorInfo& t = info(name);
+  check_shape(t, shape);
+  std::size_t n = 1;
+  for (int64_t d : shape) n *= std::size_t(d);
+  std::vector<float> out(n);
+  to_float(t.dtype, t.data, out.data(), n);
+  return out;
+}
+
+std::vector<float> Checkpoint::read_rows(const std::string& name, const std::vector<int64_t>& shape,
+                                         int64_t row0, int64_t rows) const {
+  const TensorInfo& t = info(name);
+  check_shape(t, shape);
+  LT_CHECK(shape.size() == 2 && row0 >= 0 && rows >= 0 && row0 + rows <= shape[0], "tensor '", name,
+           "': row slice [", row0, ", ", row0 + rows, ") is outside ", shape_str(shape));
+  const std::size_t cols = std::size_t(shape[1]), esz = dtype_size(t.dtype);
+  std::vector<float> out(std::size_t(rows) * cols);
+  to_float(t.dtype, t.data + std::size_t(row0) * cols * esz, out.data(), out.size());
+  return out;
+}
+
+std::vector<float> Checkpoint::read_cols(const std::string& name, const std::vector<int64_t>& shape,
+                                         int64_t col0, int64_t cols) const {
+  const TensorInfo& t = info(name);
+  check_shape(t, shape);
+  LT_CHECK(shape.size() == 2 && col0 >= 0 && cols >= 0 && col0 + cols <= shape[1], "tensor '", name,
+           "': column slice [", col0, ", ", col0 + cols, ") is outside ", shape_str(shape));
+  const std::size_t rows = std::size_t(shape[0]), width = std::size_t(shape[1]), esz = dtype_size(t.dtype);
+  std::vector<float> out(rows * std::size_t(cols));
+  for (std::size_t r = 0; r < rows; ++r)
+    to_float(t.dtype, t.data + (r * width + std::size_t(col0)) * esz, out.data() + r * std::size_t(cols),
+             std::size_t(cols));
+  return out;
+}
+
+}  // namespace layertap

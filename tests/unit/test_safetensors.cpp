@@ -1,0 +1,88 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "model/safetensors.hpp"
+
+namespace layertap {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Writes a safetensors file holding `a` [2, 3] float32 = 0..5 and `b` [3] bf16 = 1, -2, 0.5.
+fs::path write_sample(const fs::path& dir, const std::string& header_override = "") {
+  fs::create_directories(dir);
+  std::vector<float> a = {0, 1, 2, 3, 4, 5};
+  std::vector<uint16_t> b = {0x3f80, 0xc000, 0x3f00};
+  nlohmann::json h;
+  h["a"] = {{"dtype", "F32"}, {"shape", {2, 3}}, {"data_offsets", {0, 24}}};
+  h["b"] = {{"dtype", "BF16"}, {"shape", {3}}, {"data_offsets", {24, 30}}};
+  h["__metadata__"] = {{"format", "pt"}};
+  const std::string header = header_override.empty() ? h.dump() : header_override;
+  const uint64_t n = header.size();
+  const fs::path path = dir / "model.safetensors";
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(header.data(), std::streamsize(n));
+  out.write(reinterpret_cast<const char*>(a.data()), 24);
+  out.write(reinterpret_cast<const char*>(b.data()), 6);
+  return path;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class Safetensors : public ::testing::Test {
+ protected:
+  fs::path dir = fs::temp_directory_path() / ("layertap-st-" + std::to_string(::getpid()));
+  void TearDown() override { fs::remove_all(dir); }
+};
+
+}  // namespace
+
+TEST_F(Safetensors, ReadsWholeTensorsRowsAndColumns) {
+  write_sample(dir);
+  const Checkpoint ck(checkpoint_files(dir.string()));
+  EXPECT_EQ(ck.read("a", {2, 3}), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(ck.read("b", {3}), (std::vector<float>{1, -2, 0.5}));
+  EXPECT_EQ(ck.read_rows("a", {2, 3}, 1, 1), (std::vector<float>{3, 4, 5}));
+  EXPECT_EQ(ck.read_cols("a", {2, 3}, 1, 2), (std::vector<float>{1, 2, 4, 5}));
+  EXPECT_EQ(ck.fingerprint().size(), 64u);
+}
+
+TEST_F(Safetensors, ErrorsNameTheTensorAndTheFile) {
+  write_sample(dir);
+  const Checkpoint ck(checkpoint_files(dir.string()));
+  EXPECT_NE(error_of([&] { ck.read("c", {1}); }).find("tensor 'c' is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { ck.read("a", {3, 2}); }).find("tensor 'a' in '"), std::string::npos);
+  EXPECT_NE(error_of([&] { ck.read_rows("a", {2, 3}, 1, 2); }).find("row slice"), std::string::npos);
+  EXPECT_NE(error_of([] { checkpoint_files("/nonexistent/model"); }).find("does not exist"), std::string::npos);
+}
+
+TEST_F(Safetensors, RejectsOffsetsThatDisagreeWithShapes) {
+  write_sample(dir, R"({"a": {"dtype": "F32", "shape": [2, 4], "data_offsets": [0, 24]}})");
+  EXPECT_NE(error_of([&] { Checkpoint ck(checkpoint_files(dir.string())); }).find("tensor 'a'"), std::string::npos);
+  write_sample(dir, R"({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 4000]}})");
+  EXPECT_NE(error_of([&] { Checkpoint ck(checkpoint_files(dir.string())); }).find("data_offsets"), std::string::npos);
+}
+
+TEST_F(Safetensors, FollowsTheShardIndex) {
+  write_sample(dir);
+  fs::rename(dir / "model.safetensors", dir / "part-1.safetensors");
+  std::ofstream(dir / "model.safetensors.index.json") << R"({"weight_map": {"a": "part-1.safetensors", "b": "part-1.safetensors"}})";
+  const Checkpoint ck(checkpoint_files(dir.string()));
+  EXPECT_EQ(ck.files().size(), 1u);
+  EXPECT_TRUE(ck.has("a") && ck.has("b"));
+}
+
+}  // namespace layertap
