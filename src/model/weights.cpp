@@ -1,5 +1,7 @@
 #include "model/weights.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace layertap {
@@ -8,24 +10,26 @@ void check_tp_divisibility(const ModelConfig& c, const TpShard& s) {
   LT_CHECK(s.size >= 1 && s.rank >= 0 && s.rank < s.size, "invalid tensor-parallel rank ", s.rank, " of ", s.size);
   LT_CHECK(c.num_heads % s.size == 0, "tensor parallel size ", s.size, " does not divide num_attention_heads ",
            c.num_heads);
-  LT_CHECK(c.num_kv_heads % s.size == 0, "tensor parallel size ", s.size,
-           " does not divide num_key_value_heads ", c.num_kv_heads);
+  // Fewer kv heads than ranks: each kv head is replicated on size/num_kv_heads ranks (as Megatron
+  // and vLLM do), which needs the one to divide the other.
+  LT_CHECK(c.num_kv_heads % s.size == 0 || s.size % c.num_kv_heads == 0, "tensor parallel size ", s.size,
+           " and num_key_value_heads ", c.num_kv_heads, " must divide one another");
   LT_CHECK(c.intermediate_size % s.size == 0, "tensor parallel size ", s.size,
            " does not divide intermediate_size ", c.intermediate_size);
 }
 
 namespace {
 
-// Column-parallel: this rank's rows [rank*out, (rank+1)*out) of a [full_out, in] weight (and bias).
+// Column-parallel: rows [row0, row0 + rows) of a [full_out, in] weight (and bias).
 Linear column_parallel(const Checkpoint& ck, const std::string& prefix, int64_t full_out, int64_t in,
-                       const TpShard& s, bool bias) {
+                       int64_t row0, int64_t rows, bool bias) {
   Linear l;
-  l.out = full_out / s.size;
+  l.out = rows;
   l.in = in;
-  l.w = ck.read_rows(prefix + ".weight", {full_out, in}, s.rank * l.out, l.out);
+  l.w = ck.read_rows(prefix + ".weight", {full_out, in}, row0, rows);
   if (bias) {
     const std::vector<float> b = ck.read(prefix + ".bias", {full_out});
-    l.b.assign(b.begin() + s.rank * l.out, b.begin() + (s.rank + 1) * l.out);
+    l.b.assign(b.begin() + row0, b.begin() + row0 + rows);
   }
   return l;
 }
@@ -58,17 +62,20 @@ ModelWeights load_weights(const Checkpoint& ck, const ModelConfig& c, const TpSh
     l.post_attn_norm = ck.read(p + "post_attention_layernorm.weight", {H});
     AttentionWeights& a = l.attn;
     a.heads = c.num_heads / s.size;
-    a.kv_heads = c.num_kv_heads / s.size;
-    a.q = column_parallel(ck, p + "self_attn.q_proj", c.q_dim(), H, s, c.qkv_bias);
-    a.k = column_parallel(ck, p + "self_attn.k_proj", c.kv_dim(), H, s, c.qkv_bias);
-    a.v = column_parallel(ck, p + "self_attn.v_proj", c.kv_dim(), H, s, c.qkv_bias);
+    a.kv_heads = std::max<int64_t>(1, c.num_kv_heads / s.size);
+    // First kv head of this rank; with replication, ranks r*rep..(r+1)*rep-1 share kv head r.
+    const int64_t kv0 = c.num_kv_heads >= s.size ? s.rank * a.kv_heads : s.rank / (s.size / c.num_kv_heads);
+    a.q = column_parallel(ck, p + "self_attn.q_proj", c.q_dim(), H, s.rank * a.heads * hd, a.heads * hd, c.qkv_bias);
+    a.k = column_parallel(ck, p + "self_attn.k_proj", c.kv_dim(), H, kv0 * hd, a.kv_heads * hd, c.qkv_bias);
+    a.v = column_parallel(ck, p + "self_attn.v_proj", c.kv_dim(), H, kv0 * hd, a.kv_heads * hd, c.qkv_bias);
     a.o = row_parallel(ck, p + "self_attn.o_proj", H, c.q_dim(), s, c.o_bias);
     if (c.qk_norm) {
       a.q_norm = ck.read(p + "self_attn.q_norm.weight", {hd});
       a.k_norm = ck.read(p + "self_attn.k_norm.weight", {hd});
     }
-    l.mlp.gate = column_parallel(ck, p + "mlp.gate_proj", I, H, s, c.mlp_bias);
-    l.mlp.up = column_parallel(ck, p + "mlp.up_proj", I, H, s, c.mlp_bias);
+    const int64_t i_local = I / s.size;
+    l.mlp.gate = column_parallel(ck, p + "mlp.gate_proj", I, H, s.rank * i_local, i_local, c.mlp_bias);
+    l.mlp.up = column_parallel(ck, p + "mlp.up_proj", I, H, s.rank * i_local, i_local, c.mlp_bias);
     l.mlp.down = row_parallel(ck, p + "mlp.down_proj", H, I, s, c.mlp_bias);
   }
   return m;

@@ -11,6 +11,10 @@
 
 namespace layertap::cpu {
 
+void set_num_threads(int threads) {
+  if (threads > 0) openblas_set_num_threads(threads);
+}
+
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;

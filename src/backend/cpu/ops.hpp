@@ -9,6 +9,9 @@
 
 namespace layertap::cpu {
 
+// Threads OpenBLAS may use for one matrix product; 0 keeps its default (all cores).
+void set_num_threads(int threads);
+
 // y[r, :] = w * (x[r, :] / sqrt(mean(x[r, :]^2) + eps)); rows x cols, y may alias x.
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps);
 

@@ -1,0 +1,87 @@
+#include "cli/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+
+#include "core/error.hpp"
+
+namespace layertap {
+
+namespace po = boost::program_options;
+
+ParseOutcome parse_extract_options(const std::vector<std::string>& args, ExtractOptions& o) {
+  po::options_description job("Job options (also accepted as 'key = value' lines in a --config file)");
+  job.add_options()
+      ("model", po::value(&o.model)->required(), "Hugging Face model directory (config.json + safetensors)")
+      ("data", po::value(&o.data)->required(), "tokenized dataset, JSON Lines: {\"input_ids\": [...], \"loss_mask\": [...], \"id\": ...}")
+      ("out", po::value(&o.out)->required(), "output directory (shards + manifest.json)")
+      ("capture", po::value(&o.capture)->default_value(o.capture),
+       "capture points: comma-separated layer inputs 0..L-1, 'last' (= L, last layer output before the "
+       "final norm), 'final' (after the final norm), or the preset 'eagle3' (= 2, L/2, L-3, final)")
+      ("backend", po::value(&o.backend)->default_value(o.backend), "compute backend: auto or cpu")
+      ("tp", po::value(&o.tp)->default_value(o.tp),
+       "tensor-parallel size: ranks per model replica (consecutive ranks); the world size must be a multiple")
+      ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens),
+       "tokens packed into one forward pass; a longer sample is an error")
+      ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products per rank (0 = all cores)")
+      ("store-dtype", po::value(&o.store_dtype)->default_value(o.store_dtype),
+       "element type of /hidden_states: bfloat16 (lossless bf16) or float32")
+      ("shard-size-mib", po::value(&o.shard_size_mib)->default_value(o.shard_size_mib),
+       "close a shard once it holds this many MiB of hidden states")
+      ("overwrite", po::bool_switch(&o.overwrite), "replace the shards and manifest of an earlier run in --out")
+      ("progress-seconds", po::value(&o.progress_seconds)->default_value(o.progress_seconds),
+       "seconds between progress lines on rank 0")
+      ("log-level", po::value(&o.log_level)->default_value(o.log_level), "debug, info, warning or error");
+  std::string config_file;
+  po::options_description generic("General");
+  generic.add_options()
+      ("config", po::value(&config_file), "job file with the options above as 'key = value' lines")
+      ("help,h", "print this help")
+      ("version", "print the version");
+  po::options_description all;
+  all.add(job).add(generic);
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "Usage: layertap extract --model DIR --data FILE.jsonl --out DIR [options]\n\n"
+                   "Runs the model over the dataset and writes the hidden states at the capture points\n"
+                   "to HDF5 shards in --out, then manifest.json (written last: a run without it is incomplete).\n\n"
+                << all << "\n";
+      return ParseOutcome::Exit;
+    }
+    if (vm.count("version")) {
+      std::cout << "layertap " << LAYERTAP_VERSION << "\n";
+      return ParseOutcome::Exit;
+    }
+    if (vm.count("config")) {
+      const std::string file = vm["config"].as<std::string>();
+      std::ifstream in(file);
+      LT_CHECK(in, "cannot open job file '", file, "'");
+      po::store(po::parse_config_file(in, job), vm);  // values already set on the command line win
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    LT_FAIL(e.what(), " (see 'layertap extract --help')");
+  }
+  LT_CHECK(o.tp >= 1, "--tp must be at least 1, got ", o.tp);
+  LT_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got ", o.max_batch_tokens);
+  LT_CHECK(o.threads >= 0, "--threads must be 0 or positive, got ", o.threads);
+  LT_CHECK(o.shard_size_mib > 0, "--shard-size-mib must be positive, got ", o.shard_size_mib);
+  LT_CHECK(o.progress_seconds > 0, "--progress-seconds must be positive");
+  LT_CHECK(o.backend == "auto" || o.backend == "cpu", "unknown --backend '", o.backend,
+           "' (this build has: auto, cpu)");
+  LT_CHECK(o.store_dtype == "bfloat16" || o.store_dtype == "float32", "--store-dtype must be bfloat16 or float32, got '",
+           o.store_dtype, "'");
+  return ParseOutcome::Run;
+}
+
+std::string ExtractOptions::job_identity() const {
+  return cat("model=", model, "\ndata=", data, "\nout=", out, "\ncapture=", capture, "\nbackend=", backend,
+             "\ntp=", tp, "\nmax-batch-tokens=", max_batch_tokens, "\nstore-dtype=", store_dtype,
+             "\nshard-size-mib=", shard_size_mib, "\noverwrite=", overwrite, "\n");
+}
+
+}  // namespace layertap

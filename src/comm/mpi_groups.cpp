@@ -1,0 +1,82 @@
+#include "comm/mpi_groups.hpp"
+
+#include <algorithm>
+#include <climits>
+
+#include "core/digest.hpp"
+#include "core/error.hpp"
+
+namespace layertap {
+
+#define LT_MPI_CHECK(call) LT_CHECK((call) == MPI_SUCCESS, "MPI call failed: ", #call)
+
+void MpiTpComm::all_reduce_sum(float* data, std::size_t n) {
+  if (size_ == 1) return;
+  // MPI counts are int: reduce in pieces of at most 2^30 elements.
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t piece = std::min<std::size_t>(n - done, std::size_t(1) << 30);
+    LT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + done, int(piece), MPI_FLOAT, MPI_SUM, comm_));
+    done += piece;
+  }
+}
+
+namespace {
+MPI_Comm split_tp(const WorldLayout& w) {
+  MPI_Comm c = MPI_COMM_NULL;
+  LT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, w.dp_rank, w.tp_rank, &c));
+  return c;
+}
+}  // namespace
+
+MpiGroups::MpiGroups(const WorldLayout& w) : tp_(split_tp(w)), tp_comm_(tp_, w.tp_rank, w.tp) {}
+
+MpiGroups::~MpiGroups() {
+  if (tp_ != MPI_COMM_NULL) MPI_Comm_free(&tp_);
+}
+
+void check_same_on_all_ranks(const std::string& what, const std::string& value) {
+  const std::string digest = sha256_hex(value);
+  const unsigned long long h = std::stoull(digest.substr(0, 15), nullptr, 16);
+  unsigned long long lo = 0, hi = 0;
+  LT_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
+  LT_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
+  LT_CHECK(lo == hi, "ranks disagree on the ", what, " (this rank: ", digest.substr(0, 16),
+           "); start every rank with the same options, model and dataset");
+}
+
+std::vector<std::string> gather_strings(const std::string& mine) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  LT_CHECK(mine.size() < std::size_t(INT_MAX), "gather: string too long");
+  const int len = int(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(size));
+  LT_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::vector<int> displs(std::size_t(size), 0);
+  std::string all;
+  if (rank == 0) {
+    long long total = 0;
+    for (int r = 0; r < size; ++r) {
+      displs[std::size_t(r)] = int(total);
+      total += lens[std::size_t(r)];
+    }
+    LT_CHECK(total < INT_MAX, "gather: ", total, " bytes is too much for one gather");
+    all.resize(std::size_t(total));
+  }
+  LT_MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                           MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  if (rank == 0)
+    for (int r = 0; r < size; ++r) out.push_back(all.substr(std::size_t(displs[std::size_t(r)]), std::size_t(lens[std::size_t(r)])));
+  return out;
+}
+
+void world_barrier() { LT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+double max_over_ranks(double value) {
+  double out = value;
+  LT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
+}  // namespace layertap

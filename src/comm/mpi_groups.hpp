@@ -1,0 +1,54 @@
+// MPI communicators of a job: the tensor-parallel group of this rank (consecutive ranks) and the
+// MPI implementation of the TP all-reduce for the CPU backend; plus job-wide agreement checks.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/tp_comm.hpp"
+#include "comm/world_layout.hpp"
+
+namespace layertap {
+
+// Sum all-reduce over an MPI communicator (CPU tensor parallelism).
+class MpiTpComm final : public TpComm {
+ public:
+  MpiTpComm(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum(float* data, std::size_t n) override;
+
+ private:
+  MPI_Comm comm_;
+  int rank_, size_;
+};
+
+// The TP sub-communicator of this rank, freed on destruction.
+class MpiGroups {
+ public:
+  explicit MpiGroups(const WorldLayout& layout);
+  ~MpiGroups();
+  MpiGroups(const MpiGroups&) = delete;
+  MpiGroups& operator=(const MpiGroups&) = delete;
+  TpComm& tp() { return tp_comm_; }
+
+ private:
+  MPI_Comm tp_ = MPI_COMM_NULL;
+  MpiTpComm tp_comm_;
+};
+
+// Every rank of the world must hold the same `value` (options, model fingerprint, dataset):
+// compares a hash with an all-reduced min and max. Throws on every rank when any differs.
+void check_same_on_all_ranks(const std::string& what, const std::string& value);
+
+// Gathers one string per rank on world rank 0 (empty vector elsewhere), in rank order.
+std::vector<std::string> gather_strings(const std::string& mine);
+
+// Waits for every rank of the world.
+void world_barrier();
+
+// Largest value over all ranks.
+double max_over_ranks(double value);
+
+}  // namespace layertap

@@ -1,0 +1,145 @@
+#include "io/shard_reader.hpp"
+
+#include "core/error.hpp"
+#include "io/hdf5.hpp"
+
+namespace layertap::io {
+
+std::string format_shape(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += cat(i ? ", " : "", dims[i]);
+  return s + "]";
+}
+
+struct ShardReader::Impl {
+  std::string path;
+  h5::Id file;
+  int64_t format_version = 0;
+  OutputMeta meta;
+
+  std::string where(const std::string& dataset) const {
+    return cat("/", dataset, " of '", path, "'");
+  }
+
+  std::vector<int64_t> dims(const std::string& name) const {
+    h5::Id ds = h5::open_dataset(file.get(), name, cat("'", path, "'"));
+    return h5::dataset_dims(ds.get(), where(name));
+  }
+
+  // Reads a whole 1-D dataset as `mem_type` (HDF5 converts from the stored integer type).
+  template <typename T>
+  std::vector<T> read_1d(const std::string& name, hid_t mem_type) const {
+    h5::Id ds = h5::open_dataset(file.get(), name, cat("'", path, "'"));
+    const auto d = h5::dataset_dims(ds.get(), where(name));
+    LT_CHECK(d.size() == 1, where(name), " has rank ", d.size(), ", expected 1");
+    std::vector<T> out(static_cast<std::size_t>(d[0]));
+    if (!out.empty())
+      h5::check(H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+                "reading ", where(name));
+    return out;
+  }
+};
+
+ShardReader::ShardReader(const std::filesystem::path& file) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = file.string();
+  m.file = h5::open_file_read(file);
+  const hid_t f = m.file.get();
+  m.format_version = h5::read_attr_int(f, "format_version");
+  OutputMeta& meta = m.meta;
+  meta.point_specs = h5::read_attr_strings(f, "capture_points");
+  meta.point_ids = h5::read_attr_ints(f, "capture_point_ids");
+  meta.capture_request = h5::read_attr_string(f, "capture_request");
+  meta.convention = h5::read_attr_string(f, "capture_convention");
+  meta.num_layers = h5::read_attr_int(f, "num_layers");
+  meta.hidden = h5::read_attr_int(f, "hidden_size");
+  meta.dtype = parse_dtype(h5::read_attr_string(f, "dtype"));
+  meta.architecture = h5::read_attr_string(f, "architecture");
+  meta.config_sha256 = h5::read_attr_string(f, "config_sha256");
+  meta.weights_fingerprint = h5::read_attr_string(f, "weights_fingerprint");
+}
+
+ShardReader::~ShardReader() = default;
+
+int64_t ShardReader::format_version() const { return impl_->format_version; }
+const OutputMeta& ShardReader::meta() const { return impl_->meta; }
+std::vector<int64_t> ShardReader::hidden_shape() const { return impl_->dims("hidden_states"); }
+
+std::string ShardReader::hidden_dtype() const {
+  h5::Id ds = h5::open_dataset(impl_->file.get(), "hidden_states", cat("'", impl_->path, "'"));
+  h5::Id type = h5::dataset_type(ds.get(), impl_->where("hidden_states"));
+  return h5::describe_type(type.get());
+}
+
+int64_t ShardReader::num_tokens() const { return impl_->dims("input_ids").at(0); }
+int64_t ShardReader::num_samples() const { return impl_->dims("sample_index").at(0); }
+
+std::vector<int64_t> ShardReader::sample_offsets() const {
+  return impl_->read_1d<int64_t>("sample_offsets", H5T_NATIVE_INT64);
+}
+std::vector<int64_t> ShardReader::sample_index() const {
+  return impl_->read_1d<int64_t>("sample_index", H5T_NATIVE_INT64);
+}
+std::vector<int32_t> ShardReader::input_ids() const {
+  return impl_->read_1d<int32_t>("input_ids", H5T_NATIVE_INT32);
+}
+std::vector<uint8_t> ShardReader::loss_mask() const {
+  return impl_->read_1d<uint8_t>("loss_mask", H5T_NATIVE_UINT8);
+}
+
+std::vector<float> ShardReader::hidden_states(int64_t t0, int64_t t1) const {
+  const Impl& m = *impl_;
+  const std::string what = m.where("hidden_states");
+  h5::Id ds = h5::open_dataset(m.file.get(), "hidden_states", cat("'", m.path, "'"));
+  const auto d = h5::dataset_dims(ds.get(), what);
+  LT_CHECK(d.size() == 3, what, " has rank ", d.size(), ", expected 3 [T, P, H]");
+  LT_CHECK(0 <= t0 && t0 <= t1 && t1 <= d[0], "rows [", t0, ", ", t1, ") are outside ", what,
+           " with ", d[0], " rows");
+  std::vector<float> out(std::size_t((t1 - t0) * d[1] * d[2]));  // [t1-t0, P, H]
+  if (out.empty()) return out;
+  const hsize_t start[3] = {hsize_t(t0), 0, 0};
+  const hsize_t count[3] = {hsize_t(t1 - t0), hsize_t(d[1]), hsize_t(d[2])};
+  h5::Id file_space = h5::dataset_space(ds.get(), what);
+  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
+            "selecting rows ", t0, "..", t1, " of ", what);
+  h5::Id mem_space(h5::check(H5Screate_simple(3, count, nullptr), "memory space for ", what),
+                   H5Sclose);
+  h5::check(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT,
+                    out.data()),
+            "reading rows ", t0, "..", t1, " of ", what, " as float32");
+  return out;
+}
+
+std::vector<std::string> ShardReader::structure_problems() const {
+  const OutputMeta& meta = impl_->meta;
+  std::vector<std::string> problems;
+  const auto shape = hidden_shape();
+  const int64_t T = num_tokens(), S = num_samples();
+  const std::vector<int64_t> expected{T, meta.num_points(), meta.hidden};
+  if (shape != expected)
+    problems.push_back(cat("/hidden_states has shape ", format_shape(shape), ", expected [T, P, H] = ",
+                           format_shape(expected), " from /input_ids and the attributes"));
+  if (const int64_t n = impl_->dims("loss_mask").at(0); n != T)
+    problems.push_back(cat("/loss_mask has ", n, " entries for ", T, " tokens"));
+  if (int64_t(meta.point_specs.size()) != meta.num_points())
+    problems.push_back(cat("attribute capture_points has ", meta.point_specs.size(),
+                           " names for ", meta.num_points(), " capture_point_ids"));
+  const auto offsets = sample_offsets();
+  if (int64_t(offsets.size()) != S + 1) {
+    problems.push_back(cat("/sample_offsets has ", offsets.size(), " entries for ", S,
+                           " samples (expected ", S + 1, ")"));
+    return problems;
+  }
+  if (offsets.front() != 0 || offsets.back() != T)
+    problems.push_back(cat("/sample_offsets spans [", offsets.front(), ", ", offsets.back(),
+                           "], tokens are [0, ", T, "]"));
+  for (int64_t s = 0; s < S; ++s)
+    if (offsets[s + 1] <= offsets[s]) {
+      problems.push_back(cat("/sample_offsets is not increasing at sample ", s, " (", offsets[s],
+                             " -> ", offsets[s + 1], ")"));
+      break;
+    }
+  return problems;
+}
+
+}  // namespace layertap::io

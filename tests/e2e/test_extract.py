@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `layertap extract` and `layertap inspect`, as a user runs them.
+
+Reads the output with Debian's h5py (bf16 comes back as float32 with no custom code), h5ls and
+h5dump, and checks tokens, masks, offsets, sample order and states against the input and the
+Hugging Face reference of tests/fixtures. Bad input must fail with a clear message, a non-zero
+exit and no manifest.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ARGS = None
+
+
+def read_safetensors(path):
+    """Minimal safetensors reader (the reference files hold float32 and int32 tensors)."""
+    raw = Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        dt = {"F32": np.float32, "I32": np.int32}[t["dtype"]]
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=dt).reshape(t["shape"])
+    return out
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def rel_err(got, want):
+    return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
+
+
+class Extract(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="layertap-e2e-"))
+        self.fix = Path(ARGS.fixtures)
+        self.golden = self.fix / "data" / "golden.jsonl"
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_layertap(self, *args, ok=True):
+        p = subprocess.run([ARGS.layertap, *map(str, args)], capture_output=True, text=True, timeout=300)
+        if ok:
+            self.assertEqual(p.returncode, 0, f"layertap {' '.join(map(str, args))} failed:\n{p.stderr}")
+        return p
+
+    def extract(self, model, data, out, *extra, ok=True):
+        return self.run_layertap("extract", "--model", self.fix / "models" / model, "--data", data,
+                                 "--out", out, *extra, ok=ok)
+
+    def shards(self, out):
+        manifest = json.loads((out / "manifest.json").read_text())
+        return manifest, [out / s["file"] for s in manifest["shards"]]
+
+    def check_against_reference(self, model, out, point_ids, tol):
+        """Every sample of golden.jsonl: tokens, mask, order, and states at each point."""
+        samples = read_jsonl(self.golden)
+        ref = read_safetensors(self.fix / "models" / model / "reference.safetensors")
+        manifest, files = self.shards(out)
+        got = []  # (sample_index, ids, mask, states) in manifest order
+        for f in files:
+            with h5py.File(f, "r") as h:
+                self.assertEqual(h["hidden_states"].dtype, np.float32)  # bf16 converted by h5py
+                off = h["sample_offsets"][:]
+                self.assertEqual(off[0], 0)
+                self.assertEqual(off[-1], h["input_ids"].shape[0])
+                self.assertEqual(list(h.attrs["capture_point_ids"]), point_ids)
+                for s, idx in enumerate(h["sample_index"][:]):
+                    a, b = off[s], off[s + 1]
+                    got.append((int(idx), h["input_ids"][a:b], h["loss_mask"][a:b], h["hidden_states"][a:b]))
+        self.assertEqual([g[0] for g in got], list(range(len(samples))), "sample order must be input order")
+        worst = 0.0
+        for i, (idx, ids, mask, states) in enumerate(got):
+            sample = samples[idx]
+            np.testing.assert_array_equal(ids, sample["input_ids"])
+            np.testing.assert_array_equal(mask, sample.get("loss_mask", [1] * len(sample["input_ids"])))
+            want = ref[f"sample{idx}.states"]  # [L+2, T, H]
+            self.assertEqual(states.shape, (len(ids), len(point_ids), want.shape[2]))
+            for p, pid in enumerate(point_ids):
+                err = rel_err(states[:, p, :], want[pid])
+                worst = max(worst, err)
+                self.assertLessEqual(err, tol, f"sample {idx} point id {pid}")
+        self.assertEqual(manifest["totals"]["samples"], len(samples))
+        return worst
+
+    def test_bf16_output_matches_reference_and_input(self):
+        out = self.tmp / "out"
+        self.extract("llama", self.golden, out, "--capture", "0,2,last,final", "--max-batch-tokens", "64")
+        # bf16 keeps 8 significant bits: each element within 2^-9 relative, so the norm too.
+        worst = self.check_against_reference("llama", out, [0, 2, 4, 5], tol=2.0 ** -8)
+        print(f"[e2e] bf16 worst relative error vs HF: {worst:.3g}")
+        manifest, files = self.shards(out)
+        self.assertTrue(manifest["complete"])
+        self.assertEqual([p["spec"] for p in manifest["capture"]["points"]], ["0", "2", "4", "final"])
+        self.assertEqual(manifest["storage_dtype"], "bfloat16")
+        for s, f in zip(manifest["shards"], files):
+            self.assertEqual(hashlib.sha256(f.read_bytes()).hexdigest(), s["sha256"])
+            self.assertEqual(f.stat().st_size, s["bytes"])
+        self.assertEqual(list(out.glob("*.tmp")), [])
+        h5ls = subprocess.run(["h5ls", "-v", f"{files[0]}/hidden_states"], capture_output=True, text=True)
+        self.assertIn("16-bit little-endian floating-point", h5ls.stdout)
+        h5dump = subprocess.run(["h5dump", "-H", str(files[0])], capture_output=True, text=True)
+        self.assertEqual(h5dump.returncode, 0)
+        for name in ("hidden_states", "input_ids", "loss_mask", "sample_offsets", "sample_index"):
+            self.assertIn(f'DATASET "{name}"', h5dump.stdout)
+        inspect = self.run_layertap("inspect", out)
+        self.assertIn("LlamaForCausalLM", inspect.stdout)
+        self.assertIn("final", inspect.stdout)
+
+    def test_float32_output_is_exact_to_reference_for_every_model(self):
+        for model in ("llama", "llama3_rope", "mistral", "qwen2", "qwen3"):
+            with self.subTest(model=model):
+                out = self.tmp / model
+                cfg = json.loads((self.fix / "models" / model / "config.json").read_text())
+                L = cfg["num_hidden_layers"]
+                self.extract(model, self.golden, out, "--capture", "eagle3", "--store-dtype", "float32")
+                worst = self.check_against_reference(model, out, [2, L // 2, L - 3, L + 1], tol=1e-5)
+                print(f"[e2e] {model} float32 worst relative error vs HF: {worst:.3g}")
+
+    def test_shards_rotate_and_concatenate_in_input_order(self):
+        out = self.tmp / "out"
+        data = self.fix / "data" / "demo.jsonl"
+        self.extract("llama", data, out, "--capture", "final", "--shard-size-mib", "1", "--max-batch-tokens", "1024")
+        manifest, files = self.shards(out)
+        self.assertGreater(len(files), 1)
+        samples = read_jsonl(data)
+        order, ids = [], []
+        for f in files:
+            with h5py.File(f, "r") as h:
+                order += list(h["sample_index"][:])
+                ids.append(h["input_ids"][:])
+        self.assertEqual(order, list(range(len(samples))))
+        np.testing.assert_array_equal(np.concatenate(ids), np.concatenate([s["input_ids"] for s in samples]))
+        self.assertEqual(sum(s["samples"] for s in manifest["shards"]), len(samples))
+
+    def test_job_file_with_command_line_override(self):
+        out = self.tmp / "out"
+        job = self.tmp / "job.conf"
+        job.write_text(f"model = {self.fix / 'models' / 'qwen2'}\ndata = {self.golden}\nout = {out}\n"
+                       "capture = 1,final\nstore-dtype = float32\n")
+        self.run_layertap("extract", "--config", job, "--capture", "2,final")
+        manifest, _ = self.shards(out)
+        self.assertEqual([p["id"] for p in manifest["capture"]["points"]], [2, 5])
+        self.assertEqual(manifest["storage_dtype"], "float32")
+
+    def test_help_and_version(self):
+        self.assertIn("--max-batch-tokens", self.run_layertap("extract", "--help").stdout)
+        self.assertIn("layertap", self.run_layertap("--version").stdout)
+
+    # --- bad input: clear message, non-zero exit, no manifest, no complete-looking shard ---
+    def expect_failure(self, message, *args, model="llama", data=None, out=None):
+        out = out or self.tmp / "bad-out"
+        p = self.extract(model, data or self.golden, out, *args, ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(message, p.stderr)
+        self.assertFalse((out / "manifest.json").exists())
+        if out.exists():
+            self.assertEqual(list(out.glob("shard-*.h5")), [])
+        return p
+
+    def bad_data(self, lines):
+        path = self.tmp / "bad.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def test_malformed_json_line(self):
+        data = self.bad_data(['{"input_ids": [1, 2]}', '{"input_ids": [1, 2'])
+        self.expect_failure("line 2", data=data)
+
+    def test_token_id_out_of_vocabulary(self):
+        data = self.bad_data(['{"id": "ok", "input_ids": [1, 2]}', '{"id": "too-big", "input_ids": [1, 160]}'])
+        p = self.expect_failure("too-big", data=data)
+        self.assertIn("160", p.stderr)
+
+    def test_empty_sample(self):
+        self.expect_failure("empty-one", data=self.bad_data(['{"id": "empty-one", "input_ids": []}']))
+
+    def test_unknown_capture_point(self):
+        self.expect_failure("'middle'", "--capture", "2,middle")
+        self.expect_failure("outside 0..4", "--capture", "7")
+
+    def test_missing_model_files(self):
+        model = self.tmp / "model"
+        shutil.copytree(self.fix / "models" / "llama", model)
+        (model / "model.safetensors").unlink()
+        p = self.extract(model, self.golden, self.tmp / "o1", ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("model.safetensors", p.stderr)
+        self.assertFalse((self.tmp / "o1" / "manifest.json").exists())
+        (model / "config.json").unlink()
+        p = self.extract(model, self.golden, self.tmp / "o2", ok=False)
+        self.assertIn("config.json", p.stderr)
+
+    def test_missing_tensor_is_named(self):
+        model = self.tmp / "model"
+        shutil.copytree(self.fix / "models" / "qwen3", model)
+        index = json.loads((model / "model.safetensors.index.json").read_text())
+        victim = "model.layers.3.mlp.down_proj.weight"
+        shard = index["weight_map"][victim]
+        keep = [f for f in set(index["weight_map"].values()) if f != shard]
+        (model / shard).unlink()  # drop one shard file: its tensors are missing
+        index["weight_map"] = {k: v for k, v in index["weight_map"].items() if v in keep}
+        (model / "model.safetensors.index.json").write_text(json.dumps(index))
+        p = self.extract(model, self.golden, self.tmp / "o", ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertRegex(p.stderr, r"tensor 'model\.[a-z0-9_.]+' is missing")
+
+    def test_existing_output_needs_overwrite_and_unwritable_output_fails(self):
+        out = self.tmp / "out"
+        self.extract("llama", self.golden, out, "--capture", "final")
+        p = self.extract("llama", self.golden, out, "--capture", "final", ok=False)
+        self.assertIn("--overwrite", p.stderr)
+        self.assertTrue((out / "manifest.json").exists())  # the earlier run is untouched
+        self.extract("llama", self.golden, out, "--capture", "final", "--overwrite")
+        blocker = self.tmp / "file"
+        blocker.write_text("x")
+        self.expect_failure("output directory", out=blocker / "sub")
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layertap", required=True)
+    parser.add_argument("--fixtures", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0], *rest])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.hpp"
+#include "io/dataset.hpp"
+#include "io_test_util.hpp"
+
+namespace layertap::io {
+namespace {
+
+using test::TempDir;
+
+std::string write_file(const TempDir& dir, const std::string& content) {
+  const auto path = (dir.path() / "data.jsonl").string();
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+// The message of the Error that reading `content` throws ("" if none).
+std::string error_of(const std::string& content, int64_t vocab = 100) {
+  TempDir dir;
+  try {
+    read_jsonl_dataset(write_file(dir, content), vocab);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Dataset, ReadsSamplesWithDefaults) {
+  TempDir dir;
+  const std::string content =
+      "{\"input_ids\": [1, 2, 3], \"loss_mask\": [0, 1, 1], \"id\": \"first\"}\n"
+      "\n"
+      "   \n"
+      "{\"input_ids\": [99], \"id\": 42, \"text\": \"ignored\"}\r\n"
+      "{\"input_ids\": [0, 5]}";  // no trailing newline
+  const auto samples = read_jsonl_dataset(write_file(dir, content), 100);
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_EQ(samples[0].index, 0);
+  EXPECT_EQ(samples[0].id, "first");
+  EXPECT_EQ(samples[0].input_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(samples[0].loss_mask, (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(samples[1].index, 1);  // blank lines are not counted
+  EXPECT_EQ(samples[1].id, "42");
+  EXPECT_EQ(samples[1].input_ids, (std::vector<int32_t>{99}));
+  EXPECT_EQ(samples[1].loss_mask, (std::vector<uint8_t>{1}));  // default: all 1
+  EXPECT_EQ(samples[2].index, 2);
+  EXPECT_EQ(samples[2].id, "2");  // default: the index
+  EXPECT_EQ(samples[2].loss_mask, (std::vector<uint8_t>{1, 1}));
+}
+
+struct BadCase {
+  const char* name;
+  std::string content;
+  std::vector<std::string> expected;  // substrings of the message
+};
+
+TEST(Dataset, EachMalformedLineNamesLineSampleAndCause) {
+  const std::string good = "{\"input_ids\": [1]}\n\n";  // sample 0 on line 1; line 3 is next
+  const std::vector<BadCase> cases = {
+      {"malformed JSON", good + "{\"input_ids\": [1, 2\n", {"line 3", "malformed JSON"}},
+      {"not an object", good + "[1, 2]\n", {"line 3", "expected a JSON object"}},
+      {"missing input_ids", good + "{\"id\": \"a\"}\n", {"line 3", "sample 'a'", "missing \"input_ids\""}},
+      {"input_ids not an array", good + "{\"id\": \"b\", \"input_ids\": 5}\n",
+       {"line 3", "sample 'b'", "must be an array"}},
+      {"empty input_ids", good + "{\"input_ids\": []}\n", {"line 3", "sample '1'", "is empty"}},
+      {"float token", good + "{\"input_ids\": [1, 2.5]}\n",
+       {"line 3", "sample '1'", "input_ids[1] = 2.5", "not an integer"}},
+      {"string token", good + "{\"input_ids\": [\"7\"]}\n", {"line 3", "input_ids[0]", "not an integer"}},
+      {"token too large", good + "{\"id\": 7, \"input_ids\": [1, 100]}\n",
+       {"line 3", "sample '7'", "input_ids[1] = 100", "outside the vocabulary [0, 100)"}},
+      {"negative token", good + "{\"input_ids\": [-1]}\n", {"line 3", "input_ids[0] = -1", "[0, 100)"}},
+      {"huge token", good + "{\"input_ids\": [18446744073709551615]}\n", {"line 3", "outside the vocabulary"}},
+      {"mask length", good + "{\"input_ids\": [1, 2], \"loss_mask\": [1]}\n",
+       {"line 3", "sample '1'", "\"loss_mask\" has 1 entries for 2 input_ids"}},
+      {"mask value", good + "{\"input_ids\": [1, 2], \"loss_mask\": [1, 2]}\n",
+       {"line 3", "loss_mask[1] = 2", "must be 0 or 1"}},
+      {"mask not an array", good + "{\"input_ids\": [1], \"loss_mask\": 1}\n",
+       {"line 3", "\"loss_mask\" must be an array"}},
+      {"bad id", good + "{\"input_ids\": [1], \"id\": [1]}\n", {"line 3", "\"id\" must be a string or an integer"}},
+      {"empty dataset", "\n  \n\n", {"holds no samples"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string msg = error_of(c.content);
+    ASSERT_FALSE(msg.empty()) << "no error for: " << c.content;
+    EXPECT_NE(msg.find("data.jsonl"), std::string::npos) << msg;
+    for (const auto& part : c.expected) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+}
+
+TEST(Dataset, UnreadableFileIsNamed) {
+  TempDir dir;
+  const auto missing = (dir.path() / "nope.jsonl").string();
+  try {
+    read_jsonl_dataset(missing, 100);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nope.jsonl"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_jsonl_dataset(dir.path().string(), 100), Error);  // a directory
+}
+
+}  // namespace
+}  // namespace layertap::io

@@ -1,0 +1,114 @@
+// Tensor parallelism against the Hugging Face reference, under mpirun on the CPU backend:
+//   mpirun -np N test_tp_golden --tp T FIXTURES_DIR
+// Every data-parallel group runs every golden model whose shapes T divides (all golden samples
+// packed in one batch) and TP rank 0 compares every capture point of every sample. Models that T
+// cannot split must be refused by every rank before any weight is read. Each rank counts its
+// errors; the counts are summed over the world and the exit code reflects the global result.
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "comm/mpi_groups.hpp"
+#include "core/error.hpp"
+#include "model/safetensors.hpp"
+#include "model/weights.hpp"
+
+namespace fs = std::filesystem;
+using namespace layertap;
+
+namespace {
+
+constexpr double kMaxRelError = 1e-5;
+
+// Returns the number of (sample, point) comparisons above tolerance on this rank.
+int check_model(const fs::path& dir, const WorldLayout& world, MpiGroups& groups, double& worst) {
+  const ModelConfig cfg = load_model_config((dir / "config.json").string());
+  const TpShard shard{world.tp_rank, world.tp};
+  try {
+    check_tp_divisibility(cfg, shard);
+  } catch (const Error& e) {
+    if (world.world_rank == 0) std::printf("[tp-golden] %-12s refused at tp %d: %s\n", dir.filename().c_str(), world.tp, e.what());
+    const bool splittable = cfg.num_heads % world.tp == 0 && cfg.intermediate_size % world.tp == 0;
+    return splittable ? 1 : 0;  // refusing a model that could be split is an error
+  }
+  const Checkpoint ckpt(checkpoint_files(dir.string()));
+  CpuBackend backend(cfg, load_weights(ckpt, cfg, shard), groups.tp());
+  const Checkpoint ref({(dir / "reference.safetensors").string()});
+  const int64_t L = cfg.num_layers, H = cfg.hidden_size;
+  PackedBatch batch;
+  batch.offsets.push_back(0);
+  int samples = 0;
+  for (; ref.has(cat("sample", samples, ".input_ids")); ++samples) {
+    const TensorInfo& ids = ref.info(cat("sample", samples, ".input_ids"));
+    const auto* p = reinterpret_cast<const int32_t*>(ids.data);
+    batch.tokens.insert(batch.tokens.end(), p, p + ids.shape[0]);
+    batch.offsets.push_back(batch.num_tokens());
+  }
+  std::string request;
+  for (int64_t k = 0; k <= L; ++k) request += cat(k, ",");
+  const CapturePlan plan = resolve_capture(request + "final", L);
+  const auto states = backend.forward(batch, plan, DType::F32);
+  if (!world.is_writer()) return states.empty() ? 0 : 1;  // only TP rank 0 captures
+  int errors = 0;
+  for (int s = 0; s < samples; ++s) {
+    const int64_t T = batch.offsets[s + 1] - batch.offsets[s];
+    const std::vector<float> want = ref.read(cat("sample", s, ".states"), {L + 2, T, H});
+    for (std::size_t p = 0; p < plan.points.size(); ++p) {
+      const float* got = reinterpret_cast<const float*>(states[p].data()) + batch.offsets[s] * H;
+      const float* w = want.data() + plan.points[p].id * T * H;
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < T * H; ++i) {
+        const double d = double(got[i]) - w[i];
+        num += std::isfinite(got[i]) ? d * d : INFINITY;
+        den += double(w[i]) * w[i];
+      }
+      const double err = std::sqrt(num / den);
+      worst = std::max(worst, err);
+      if (!(err <= kMaxRelError)) {
+        ++errors;
+        std::printf("[tp-golden] rank %d: %s sample %d point %s: relative error %.3g\n", world.world_rank,
+                    dir.filename().c_str(), s, plan.points[p].spec.c_str(), err);
+      }
+    }
+  }
+  return errors;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int errors = 0;
+  if (argc != 4 || std::strcmp(argv[1], "--tp") != 0) {
+    if (rank == 0) std::fprintf(stderr, "usage: test_tp_golden --tp T FIXTURES_DIR\n");
+    MPI_Finalize();
+    return 2;
+  }
+  try {
+    const WorldLayout world = make_world_layout(rank, size, std::atoi(argv[2]));
+    MpiGroups groups(world);
+    for (const char* name : {"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"}) {
+      double worst = 0;
+      errors += check_model(fs::path(argv[3]) / "models" / name, world, groups, worst);
+      const double worst_all = max_over_ranks(worst);
+      if (rank == 0 && worst_all > 0)
+        std::printf("[tp-golden] %-12s np %d tp %d: worst relative error %.3g\n", name, size, world.tp, worst_all);
+    }
+  } catch (const std::exception& e) {
+    std::printf("[tp-golden] rank %d: %s\n", rank, e.what());
+    ++errors;
+  }
+  int total = 0;
+  MPI_Allreduce(&errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) std::printf("[tp-golden] np %d: %d errors over all ranks\n", size, total);
+  MPI_Finalize();
+  return total == 0 ? 0 : 1;
+}

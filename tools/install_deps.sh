@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages layertap builds and tests with (Debian 12; run as root or via sudo).
+# The CUDA toolkit is optional: when nvcc is on PATH the CUDA kernels are built too.
+set -euo pipefail
+packages=(
+  cmake g++ make pkg-config
+  libopenmpi-dev openmpi-bin          # MPI: ranks, sharding, CPU tensor parallelism
+  libhdf5-dev hdf5-tools              # shards; h5ls/h5dump in tests
+  libboost-program-options-dev        # command line and job files
+  libopenblas-dev                     # CPU backend matrix products
+  nlohmann-json3-dev libssl-dev       # JSON; SHA-256
+  libgtest-dev                        # unit tests
+  python3 python3-h5py python3-numpy  # end-to-end tests read the output as users do
+  slurm-wlm munge                     # tests/slurm: a throw-away Slurm cluster on localhost for jobs/
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
