@@ -118,12 +118,13 @@ void check_shard(const std::filesystem::path& dir, const ManifestShard& s, const
     dtype = r.hidden_dtype();
     for (const auto& p : r.structure_problems()) fail(p);
     const int64_t samples = r.num_samples(), tokens = r.num_tokens();
-    if (samples != s.samples) fail("manifest says ", s.samples, " samples, the file holds ", samples);
+    if (samples != s.samples)
+      fail("manifest says ", s.samples, " samples, the file holds ", samples);
     if (tokens != s.tokens) fail("manifest says ", s.tokens, " tokens, the file holds ", tokens);
     const std::vector<int64_t> want{s.tokens, int64_t(e.point_ids.size()), e.hidden};
     if (shape != want)
-      fail("/hidden_states is ", io::format_shape(shape), ", manifest implies [tokens, points, hidden] = ",
-           io::format_shape(want));
+      fail("/hidden_states is ", io::format_shape(shape),
+           ", manifest implies [tokens, points, hidden] = ", io::format_shape(want));
     if (dtype != e.dtype) fail("/hidden_states is stored as ", dtype, ", manifest says ", e.dtype);
     const io::OutputMeta& m = r.meta();
     if (r.format_version() != e.format_version)

@@ -7,6 +7,7 @@
 
 #include "cli/extract.hpp"
 #include "cli/inspect.hpp"
+#include "cli/verify.hpp"
 #include "comm/mpi_env.hpp"
 #include "core/log.hpp"
 
@@ -16,7 +17,8 @@ constexpr const char* kUsage =
     "Usage: layertap <command> [options]\n\n"
     "Commands:\n"
     "  extract   run a model over a tokenized dataset and write hidden states to HDF5 shards\n"
-    "  inspect   summarise an output directory: samples, tokens, capture points, model, shards\n\n"
+    "  inspect   summarise an output directory: samples, tokens, capture points, model, shards\n"
+    "  verify    check an output against its manifest and recompute samples with the model\n\n"
     "Run 'layertap <command> --help' for a command's options. 'layertap --version' prints the version.\n"
     "Launch one rank per process: 'layertap extract ...' or 'mpirun -np 1 layertap extract ...'.\n";
 
@@ -65,6 +67,11 @@ int run(int argc, char** argv, const layertap::MpiEnv& mpi) {
     }
     LT_CHECK(rest.size() == 1, "usage: layertap inspect OUTDIR");
     return layertap::cli::run_inspect(rest[0], std::cout);
+  }
+  if (args[0] == "verify") {
+    layertap::cli::VerifyOptions opts;
+    if (!layertap::cli::parse_verify_options(rest, opts, std::cout)) return 0;
+    return layertap::cli::run_verify(opts, std::cout);
   }
   LT_FAIL("unknown command '", args[0], "'\n", kUsage);
 }

@@ -46,7 +46,9 @@ Id simple_space(int64_t n) {
   return Id(check(H5Screate_simple(1, dims, nullptr), "creating a dataspace of ", n), H5Sclose);
 }
 
-Id scalar_space() { return Id(check(H5Screate(H5S_SCALAR), "creating a scalar dataspace"), H5Sclose); }
+Id scalar_space() {
+  return Id(check(H5Screate(H5S_SCALAR), "creating a scalar dataspace"), H5Sclose);
+}
 
 void write_attr_raw(hid_t obj, const std::string& name, hid_t type, hid_t space, const void* data) {
   Id attr(check(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT),

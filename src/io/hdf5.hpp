@@ -21,8 +21,8 @@ void quiet_errors();
 // The calling thread's HDF5 error stack as one line ("H5Dwrite: can't write data; ..."), cleared.
 std::string take_error_stack();
 
-// Returns `ret` when the call succeeded (HDF5 reports failure as a negative value); otherwise throws
-// "HDF5 error: <what...>: <HDF5's error stack>". `what` is only formatted on failure.
+// Returns `ret` when the call succeeded (HDF5 reports failure as a negative value); otherwise
+// throws "HDF5 error: <what...>: <HDF5's error stack>". `what` is only formatted on failure.
 template <typename T, typename... What>
 T check(T ret, What&&... what) {
   if (ret < 0)

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "io/hdf5.hpp"
+#include "io/progress.hpp"
 
 namespace layertap::io {
 namespace {
@@ -16,12 +17,14 @@ std::string shard_name(const std::string& stem, std::size_t index) {
 }  // namespace
 
 OutputWriter::OutputWriter(std::filesystem::path dir, std::string stem, OutputMeta meta,
-                           int64_t shard_bytes, std::size_t queue_depth)
+                           int64_t shard_bytes, std::vector<ShardInfo> kept, std::size_t queue_depth)
     : dir_(std::move(dir)),
       stem_(std::move(stem)),
       meta_(std::move(meta)),
       shard_bytes_(shard_bytes),
-      queue_depth_(queue_depth) {
+      queue_depth_(queue_depth),
+      shards_(std::move(kept)) {
+  shards_opened_ = shards_.size();
   meta_.validate();
   LT_CHECK(shard_bytes_ > 0, "shard size must be positive, got ", shard_bytes_, " bytes");
   LT_CHECK(queue_depth_ > 0, "writer queue depth must be at least 1");
@@ -154,10 +157,13 @@ void OutputWriter::close_loop() {
     try {
       ShardInfo info = shard->close();
       shard.reset();
+      std::vector<ShardInfo> closed;
       {
         std::lock_guard lock(mutex_);
         shards_.push_back(std::move(info));
+        closed = shards_;
       }
+      write_progress(dir_, stem_, closed);
       ++shards_closed_;
     } catch (const std::exception& e) {
       shard.reset();

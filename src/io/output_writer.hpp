@@ -24,9 +24,11 @@ namespace layertap::io {
 class OutputWriter {
  public:
   // Shard files are <dir>/<stem>-NNNNN.h5, NNNNN counting from 00000. A shard is closed once it
-  // holds >= shard_bytes of hidden states; a batch is never split across shards.
+  // holds >= shard_bytes of hidden states; a batch is never split across shards. `kept` are the
+  // shards a resumed run keeps: numbering continues after them. After each close the writer's
+  // progress record (io/progress.hpp) is rewritten with every closed shard.
   OutputWriter(std::filesystem::path dir, std::string stem, OutputMeta meta, int64_t shard_bytes,
-               std::size_t queue_depth = 2);
+               std::vector<ShardInfo> kept = {}, std::size_t queue_depth = 2);
   // If finish() was not called: stops the threads, drops queued batches and removes the .tmp file
   // of every shard not yet closed. Shards already closed stay (each is complete in itself; without
   // a manifest the run is incomplete).

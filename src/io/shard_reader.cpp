@@ -117,8 +117,9 @@ std::vector<std::string> ShardReader::structure_problems() const {
   const int64_t T = num_tokens(), S = num_samples();
   const std::vector<int64_t> expected{T, meta.num_points(), meta.hidden};
   if (shape != expected)
-    problems.push_back(cat("/hidden_states has shape ", format_shape(shape), ", expected [T, P, H] = ",
-                           format_shape(expected), " from /input_ids and the attributes"));
+    problems.push_back(cat("/hidden_states has shape ", format_shape(shape),
+                           ", expected [T, P, H] = ", format_shape(expected),
+                           " from /input_ids and the attributes"));
   if (const int64_t n = impl_->dims("loss_mask").at(0); n != T)
     problems.push_back(cat("/loss_mask has ", n, " entries for ", T, " tokens"));
   if (int64_t(meta.point_specs.size()) != meta.num_points())

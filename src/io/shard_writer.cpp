@@ -6,6 +6,7 @@
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
+#include "core/failpoint.hpp"
 #include "core/log.hpp"
 #include "io/durable_file.hpp"
 #include "io/hdf5.hpp"
@@ -48,28 +49,37 @@ class Column {
                  H5Dclose);
   }
 
-  // Appends `n` rows of `mem_type` from `data` ([n, tail...], contiguous).
-  void append(const void* data, int64_t n) {
-    if (n == 0) return;
-    std::vector<hsize_t> dims{hsize_t(rows_ + n)}, start{hsize_t(rows_)}, count{hsize_t(n)};
-    for (hsize_t d : tail_) {
-      dims.push_back(d);
-      start.push_back(0);
-      count.push_back(d);
-    }
-    const int rank = int(dims.size());
+  int64_t rows() const { return rows_; }
+
+  // Extends the dataset by `n` rows (to be written with write()).
+  void grow(int64_t n) {
+    std::vector<hsize_t> dims{hsize_t(rows_ + n)};
+    dims.insert(dims.end(), tail_.begin(), tail_.end());
     h5::check(H5Dset_extent(ds_.get(), dims.data()), "extending /", name_, " to ", rows_ + n,
               " rows");
+    rows_ += n;
+  }
+
+  // Writes `n` rows of `mem_type` from `data` ([n, tail...], contiguous) at row `row`.
+  void write(int64_t row, const void* data, int64_t n) {
+    if (n == 0) return;
+    std::vector<hsize_t> start{hsize_t(row)}, count{hsize_t(n)};
+    start.resize(1 + tail_.size(), 0);
+    count.insert(count.end(), tail_.begin(), tail_.end());
     h5::Id file_space(h5::check(H5Dget_space(ds_.get()), "dataspace of /", name_), H5Sclose);
     h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
                                   count.data(), nullptr),
-              "selecting rows ", rows_, "..", rows_ + n, " of /", name_);
-    h5::Id mem_space(h5::check(H5Screate_simple(rank, count.data(), nullptr),
+              "selecting rows ", row, "..", row + n, " of /", name_);
+    h5::Id mem_space(h5::check(H5Screate_simple(int(count.size()), count.data(), nullptr),
                                "memory dataspace for /", name_),
                      H5Sclose);
     h5::check(H5Dwrite(ds_.get(), mem_type_, mem_space.get(), file_space.get(), H5P_DEFAULT, data),
-              "writing rows ", rows_, "..", rows_ + n, " of /", name_);
-    rows_ += n;
+              "writing rows ", row, "..", row + n, " of /", name_);
+  }
+
+  void append(const void* data, int64_t n) {
+    grow(n);
+    write(rows_ - n, data, n);
   }
 
   void close() { ds_.close("/" + name_); }
@@ -108,11 +118,13 @@ struct ShardWriter::Impl {
   std::filesystem::path dir, tmp_path;
   std::string name;
   OutputMeta meta;
-  int64_t row_bytes = 0;  // P * H * elem
+  int64_t row_bytes = 0;   // P * H * elem: one token of /hidden_states
+  int64_t rows_per_chunk = 0;  // tokens per /hidden_states chunk
   h5::Id file, state_type;
   std::vector<Column> columns;  // hidden_states, input_ids, loss_mask, sample_offsets, sample_index
-  std::vector<std::byte> staging;  // [T, P, H] interleave buffer, reused across batches
+  std::vector<std::byte> staging;  // [rows_per_chunk, P, H] interleave buffer
   int64_t samples = 0, tokens = 0;
+  int64_t first_sample = -1, last_sample = -1;
   bool open = false;    // the .tmp file exists and is ours to finish or remove
   bool broken = false;  // an append failed part-way: the file is inconsistent
 
@@ -140,7 +152,6 @@ struct ShardWriter::Impl {
   void create_columns() {
     const hid_t f = file.get();
     const int64_t P = meta.num_points(), H = meta.hidden;
-    const int64_t rows = chunk_rows(P, H, meta.dtype);
     hid_t file_type = H5T_IEEE_F32LE, mem_type = H5T_NATIVE_FLOAT;
     if (meta.dtype == DType::BF16) {
       state_type = h5::bf16_type();
@@ -148,7 +159,7 @@ struct ShardWriter::Impl {
     }
     columns.reserve(5);
     columns.emplace_back(f, "hidden_states", file_type, mem_type,
-                         std::vector<hsize_t>{hsize_t(P), hsize_t(H)}, rows);
+                         std::vector<hsize_t>{hsize_t(P), hsize_t(H)}, rows_per_chunk);
     columns.emplace_back(f, "input_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, std::vector<hsize_t>{},
                          kTokenChunk);
     columns.emplace_back(f, "loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, std::vector<hsize_t>{},
@@ -159,6 +170,33 @@ struct ShardWriter::Impl {
                          std::vector<hsize_t>{}, kSampleChunk);
     const int64_t zero = 0;
     sample_offsets().append(&zero, 1);
+  }
+
+  // Appends the batch's [P] x [T, H] states as rows [T, P, H] of /hidden_states. With several
+  // points they are interleaved through a one-chunk staging buffer, one write per file chunk:
+  // whole chunks go to the file without HDF5 copying them, and the buffer stays in cache
+  // (measured 1.3-1.5x faster than interleaving the whole batch into one buffer, which itself
+  // beat P strided writes straight from the batch by 1.5x).
+  void write_states(const CapturedBatch& batch) {
+    Column& hs = hidden_states();
+    const int64_t T = batch.num_tokens(), P = meta.num_points(), first = hs.rows();
+    hs.grow(T);
+    if (P == 1) {  // already [T, 1, H]
+      hs.write(first, batch.states[0].data(), T);
+      return;
+    }
+    const std::size_t row = std::size_t(row_bytes / P);  // one [H] vector
+    staging.resize(std::size_t(rows_per_chunk * row_bytes));
+    for (int64_t t = 0; t < T;) {
+      // Rows up to the end of the file chunk that row first + t falls in.
+      const int64_t n = std::min(T - t, rows_per_chunk - (first + t) % rows_per_chunk);
+      std::byte* dst = staging.data();
+      for (int64_t i = t; i < t + n; ++i)
+        for (int64_t p = 0; p < P; ++p, dst += row)
+          std::memcpy(dst, batch.states[p].data() + std::size_t(i) * row, row);
+      hs.write(first + t, staging.data(), n);
+      t += n;
+    }
   }
 
   // Closes every HDF5 handle without checking (error paths) and removes the .tmp file.
@@ -183,6 +221,7 @@ ShardWriter::ShardWriter(std::filesystem::path dir, std::string name, OutputMeta
   m.tmp_path = m.dir / (m.name + ".tmp");
   m.meta = std::move(meta);
   m.row_bytes = m.meta.num_points() * m.meta.hidden * int64_t(dtype_size(m.meta.dtype));
+  m.rows_per_chunk = chunk_rows(m.meta.num_points(), m.meta.hidden, m.meta.dtype);
   m.file = h5::create_file(m.tmp_path);
   m.open = true;
   try {
@@ -211,28 +250,19 @@ void ShardWriter::append(const CapturedBatch& batch) {
              batch.sample_index[s]);
   const int64_t S = batch.num_samples(), T = batch.num_tokens();
 
-  // [P] x [T, H]  ->  [T, P, H]. With one point the batch's tensor already has that layout.
-  const void* states = batch.states[0].data();
-  if (P > 1) {
-    const std::size_t row = std::size_t(H) * dtype_size(m.meta.dtype);  // one [H] vector
-    m.staging.resize(std::size_t(T) * std::size_t(P) * row);
-    std::byte* dst = m.staging.data();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t p = 0; p < P; ++p, dst += row)
-        std::memcpy(dst, batch.states[p].data() + std::size_t(t) * row, row);
-    states = m.staging.data();
-  }
-
   std::vector<int64_t> offsets(std::size_t(S), 0);  // [S] end offsets within the shard
   for (int64_t s = 0; s < S; ++s) offsets[s] = m.tokens + batch.offsets[s + 1];
 
   m.broken = true;  // until every dataset has grown by the same batch
-  m.hidden_states().append(states, T);
+  m.write_states(batch);
   m.input_ids().append(batch.input_ids.data(), T);
   m.loss_mask().append(batch.loss_mask.data(), T);
   m.sample_offsets().append(offsets.data(), S);
   m.sample_index().append(batch.sample_index.data(), S);
   m.broken = false;
+  failpoint("shard-write");  // crash tests: die with a shard half-written
+  if (m.samples == 0) m.first_sample = batch.sample_index.front();
+  m.last_sample = batch.sample_index.back();
   m.samples += S;
   m.tokens += T;
 }
@@ -251,6 +281,8 @@ ShardInfo ShardWriter::close() {
     info.file = m.name;
     info.samples = m.samples;
     info.tokens = m.tokens;
+    info.first_sample = m.first_sample;
+    info.last_sample = m.last_sample;
     info.bytes = int64_t(std::filesystem::file_size(m.tmp_path));
     info.sha256 = sha256_file(m.tmp_path.string());
     rename_durably(m.tmp_path, m.dir / m.name);

@@ -38,6 +38,7 @@ struct OutputMeta {
 struct ShardInfo {
   std::string file;  // file name, relative to the output directory
   int64_t samples = 0, tokens = 0;
+  int64_t first_sample = -1, last_sample = -1;  // dataset index of its first and last sample
   int64_t bytes = 0;   // size of the shard file on disk
   std::string sha256;  // of the whole shard file
 };

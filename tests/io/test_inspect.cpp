@@ -37,7 +37,8 @@ json write_output(const fs::path& dir) {
   const std::vector<std::string> meanings = {"input to decoder layer 2", "input to decoder layer 4",
                                              "input to decoder layer 5", "after the final norm"};
   for (std::size_t p = 0; p < 4; ++p)
-    points.push_back({{"spec", meta.point_specs[p]}, {"id", meta.point_ids[p]}, {"meaning", meanings[p]}});
+    points.push_back(
+        {{"spec", meta.point_specs[p]}, {"id", meta.point_ids[p]}, {"meaning", meanings[p]}});
   json m = {
       {"format_version", kFormatVersion},
       {"complete", true},

@@ -7,6 +7,7 @@
 #include "core/digest.hpp"
 #include "core/error.hpp"
 #include "io/output_writer.hpp"
+#include "io/progress.hpp"
 #include "io/shard_reader.hpp"
 #include "io_test_util.hpp"
 
@@ -40,14 +41,16 @@ TEST(OutputWriter, RotatesShardsWithoutSplittingBatches) {
   std::vector<ShardInfo> shards;
   {
     // A shard closes once it holds >= 2 batches minus a byte: after its second batch.
-    OutputWriter w(dir.path(), "shard", meta, 2 * batch_bytes - 1, 1);
+    OutputWriter w(dir.path(), "shard", meta, 2 * batch_bytes - 1, {}, 1);
     for (const auto& b : batches) w.submit(b);
     shards = w.finish();
     EXPECT_EQ(w.bytes_written(), 5 * batch_bytes);
     EXPECT_EQ(w.shards_closed(), 3);
   }
-  EXPECT_EQ(dir.files(), (std::vector<std::string>{"shard-00000.h5", "shard-00001.h5", "shard-00002.h5"}));
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"shard-00000.h5", "shard-00001.h5", "shard-00002.h5",
+                                                   "shard.progress.json"}));
   ASSERT_EQ(shards.size(), 3u);
+  EXPECT_EQ(read_progress(dir.path(), "shard").size(), 3u);  // the record a resume trusts
   const std::vector<std::vector<CapturedBatch>> expected = {
       {batches[0], batches[1]}, {batches[2], batches[3]}, {batches[4]}};
   for (std::size_t i = 0; i < 3; ++i) {
@@ -57,6 +60,9 @@ TEST(OutputWriter, RotatesShardsWithoutSplittingBatches) {
     EXPECT_EQ(shards[i].tokens, int64_t(7 * expected[i].size()));
     EXPECT_EQ(shards[i].bytes, int64_t(fs::file_size(file)));
     EXPECT_EQ(shards[i].sha256, sha256_file(file.string()));
+    EXPECT_EQ(shards[i].first_sample, expected[i].front().sample_index.front());
+    EXPECT_EQ(shards[i].last_sample, expected[i].back().sample_index.back());
+    EXPECT_EQ(read_progress(dir.path(), "shard")[i].sha256, shards[i].sha256);
     test::expect_shard_holds(ShardReader(file), expected[i]);
   }
 }
@@ -65,7 +71,7 @@ TEST(OutputWriter, ManySmallShardsKeepTheirOrder) {
   TempDir dir;
   const auto meta = test_meta(1, 4, DType::F32);
   const auto batches = numbered_batches(24, meta);
-  OutputWriter w(dir.path(), "part", meta, 1, 3);  // every batch closes its shard
+  OutputWriter w(dir.path(), "part", meta, 1, {}, 3);  // every batch closes its shard
   for (const auto& b : batches) w.submit(b);
   const auto shards = w.finish();
   ASSERT_EQ(shards.size(), batches.size());
@@ -73,7 +79,7 @@ TEST(OutputWriter, ManySmallShardsKeepTheirOrder) {
     EXPECT_EQ(shards[i].file, cat("part-", i < 10 ? "0000" : "000", i, ".h5"));
     EXPECT_EQ(ShardReader(dir.path() / shards[i].file).sample_index(), batches[i].sample_index);
   }
-  EXPECT_EQ(dir.files().size(), batches.size());
+  EXPECT_EQ(dir.files().size(), batches.size() + 1);  // + part.progress.json
 }
 
 TEST(OutputWriter, FinishWithNothingSubmittedWritesNoShard) {
@@ -106,7 +112,7 @@ TEST(OutputWriter, ClosedShardsStayWhenDestroyedWithoutFinish) {
     for (const auto& b : numbered_batches(2, meta)) w.submit(b);
     ASSERT_TRUE(eventually([&] { return w.shards_closed() == 2; }));
   }
-  EXPECT_EQ(dir.files(), (std::vector<std::string>{"shard-00000.h5", "shard-00001.h5"}));
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"shard-00000.h5", "shard-00001.h5", "shard.progress.json"}));
 }
 
 TEST(OutputWriter, SubmitValidatesTheBatch) {
@@ -127,7 +133,7 @@ TEST(OutputWriter, WriterErrorReachesSubmit) {
   const auto out = dir.path() / "out";
   fs::create_directory(out);
   const auto meta = test_meta(2, 8, DType::BF16);
-  OutputWriter w(out, "shard", meta, 1 << 20, 1);
+  OutputWriter w(out, "shard", meta, 1 << 20, {}, 1);
   fs::remove_all(out);  // the writer thread cannot create its shard
   std::string message;
   for (int i = 0; i < 1000 && message.empty(); ++i) {
@@ -159,7 +165,7 @@ TEST(OutputWriter, WriterErrorReachesFinish) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shard-00001.h5.tmp"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(dir.files(), (std::vector<std::string>{"shard-00000.h5", "shard-00001.h5.tmp"}));
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"shard-00000.h5", "shard-00001.h5.tmp", "shard.progress.json"}));
 }
 
 TEST(OutputWriter, RejectsMissingDirectory) {
@@ -180,4 +186,26 @@ TEST(WriteJsonAtomically, ReplacesTheFileWholly) {
 }
 
 }  // namespace
+TEST(OutputWriter, ResumedWriterKeepsShardsAndContinuesNumbering) {
+  TempDir dir;
+  const auto meta = test_meta(1, 4, DType::F32);
+  const auto batches = numbered_batches(4, meta);
+  std::vector<ShardInfo> first;
+  {
+    OutputWriter w(dir.path(), "shard", meta, 1);  // one shard per batch
+    w.submit(batches[0]);
+    w.submit(batches[1]);
+    first = w.finish();
+  }
+  OutputWriter w(dir.path(), "shard", meta, 1, read_progress(dir.path(), "shard"));
+  w.submit(batches[2]);
+  w.submit(batches[3]);
+  const auto all = w.finish();
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0].sha256, first[0].sha256);
+  EXPECT_EQ(all[2].file, "shard-00002.h5");
+  EXPECT_EQ(read_progress(dir.path(), "shard").size(), 4u);
+  EXPECT_EQ(ShardReader(dir.path() / all[3].file).sample_index(), batches[3].sample_index);
+}
+
 }  // namespace layertap::io

@@ -164,9 +164,12 @@ TEST(ShardWriter, RejectsMismatchedBatchesAndStaysUsable) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
-  expect_error(make_batch({0}, {3}, test_meta(2, 16, DType::BF16)), "hidden size 16, writer expects 8");
-  expect_error(make_batch({0}, {3}, test_meta(3, 8, DType::BF16)), "3 capture points, writer expects 2");
-  expect_error(make_batch({0}, {3}, test_meta(2, 8, DType::F32)), "dtype float32, writer expects bfloat16");
+  expect_error(make_batch({0}, {3}, test_meta(2, 16, DType::BF16)),
+               "hidden size 16, writer expects 8");
+  expect_error(make_batch({0}, {3}, test_meta(3, 8, DType::BF16)),
+               "3 capture points, writer expects 2");
+  expect_error(make_batch({0}, {3}, test_meta(2, 8, DType::F32)),
+               "dtype float32, writer expects bfloat16");
   auto truncated = make_batch({0}, {3}, meta);
   truncated.states[1].resize(truncated.states[1].size() - 2);
   expect_error(truncated, "point 1 holds");

@@ -1,0 +1,36 @@
+// Carving one allocation into aligned tensors. A layout function written once runs twice: over a
+// counting arena (no memory) to size the block, then over the block itself to place the tensors.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/error.hpp"
+
+namespace layertap::cuda {
+
+class Arena {
+ public:
+  static constexpr std::size_t kAlign = 256;  // cudaMalloc's alignment; what cuBLASLt asks of operands
+
+  Arena() = default;                                              // counts only; pointers are null
+  Arena(std::byte* base, std::size_t capacity) : base_(base), capacity_(capacity) {}
+
+  // The next `count` elements of T, kAlign-aligned; null when counting or when count == 0.
+  template <typename T>
+  T* take(std::int64_t count) {
+    LT_CHECK(count >= 0, "arena: negative element count ", count);
+    if (count == 0) return nullptr;
+    const std::size_t offset = (used_ + kAlign - 1) / kAlign * kAlign;
+    used_ = offset + sizeof(T) * std::size_t(count);
+    LT_CHECK(base_ == nullptr || used_ <= capacity_, "arena: layout needs ", used_, " bytes, block holds ", capacity_);
+    return base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + offset);
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  std::byte* base_ = nullptr;
+  std::size_t capacity_ = 0;
+  std::size_t used_ = 0;
+};
+
+}  // namespace layertap::cuda

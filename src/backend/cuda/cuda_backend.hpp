@@ -1,0 +1,82 @@
+// The bf16 CUDA backend: one GPU per rank, this tensor-parallel rank's weights resident in bf16,
+// cuBLASLt for the products, the kernels of kernels/ for the rest, tensor-parallel all-reduces
+// through a DeviceAllReduce (NCCL), captured states copied to pinned host memory on a second
+// stream while the following layers run. See docs/GPU.md.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/capture_stager.hpp"
+#include "backend/cuda/cuda_options.hpp"
+#include "backend/cuda/cuda_resources.hpp"
+#include "backend/cuda/device_all_reduce.hpp"
+#include "backend/cuda/device_weights.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/local_shape.hpp"
+#include "backend/cuda/memory_plan.hpp"
+#include "backend/cuda/workspace.hpp"
+#include "model/hf_config.hpp"
+#include "model/weights.hpp"
+
+namespace layertap::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  // The model on the current device (select it first, e.g. select_device(local_rank_device(...))),
+  // from this rank's float32 host slices: load_weights(ckpt, config, TpShard{comm.rank(), comm.size()}).
+  // The host weights may be dropped afterwards. Throws layertap::Error, before allocating, when
+  // weights + workspace do not fit in the device's free memory (see check_fits).
+  CudaBackend(const ModelConfig& config, const ModelWeights& weights, DeviceAllReduce& comm,
+              CudaBackendOptions options = {});
+  // Seeded random bf16 weights made on the current device (benchmark, tests).
+  static std::unique_ptr<CudaBackend> synthetic(const ModelConfig& config, DeviceAllReduce& comm,
+                                                CudaBackendOptions options, std::uint64_t seed);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  // Backend::forward; a plan without points runs the forward pass alone (benchmark baseline).
+  // Every rank of the tensor-parallel group must call it with the same batch.
+  std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
+                                              DType dtype) override;
+
+  // One line for the log: device, kernels, tensor-parallel rank, memory.
+  std::string description() const;
+  const LocalShape& shape() const { return shape_; }
+  const DeviceWeights& weights() const { return *weights_; }
+  const MemoryPlan& memory() const { return memory_; }
+  AttentionKernel attention() const { return attention_; }  // Reference or Flash, never Auto
+  int device() const { return device_; }
+
+ private:
+  CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaBackendOptions options, const ModelWeights* host,
+              std::uint64_t seed);
+  // The decoder layers and the final norm over the batch in ws_->x (T, H).
+  void run_layers(std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles, std::int64_t num_tiles);
+  // delta (T, H) = all-reduce(o_proj(attention(qkv_proj(h))))
+  void attention_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
+                       std::int64_t num_tiles, std::int64_t window);
+  // delta (T, H) = all-reduce(down_proj(swiglu(gate_up_proj(h))))
+  void mlp_block(const DeviceLayer& l, std::int64_t T);
+
+  ModelConfig config_;
+  DeviceAllReduce& comm_;
+  CudaBackendOptions options_;
+  int device_ = 0;
+  LocalShape shape_;
+  MemoryPlan memory_;
+  AttentionKernel attention_ = AttentionKernel::Reference;
+  Stream compute_;
+  Event done_;
+  std::optional<DeviceWeights> weights_;
+  std::optional<Workspace> ws_;
+  std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<CaptureStager> stager_;
+};
+
+}  // namespace layertap::cuda

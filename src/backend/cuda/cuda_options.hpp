@@ -1,0 +1,26 @@
+// Settings of the CUDA backend, fixed at construction (they size its one workspace).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace layertap::cuda {
+
+enum class AttentionKernel {
+  Auto,       // flash where it runs (head_dim 64 or 128 on sm_80+), else reference
+  Reference,  // attention_reference: any head_dim, float32, slow on long samples
+  Flash,      // attention_flash: tensor cores; construction fails where it cannot run
+};
+
+// "auto", "reference" or "flash"; throws layertap::Error naming the choices otherwise.
+AttentionKernel parse_attention_kernel(const std::string& name);
+const char* attention_kernel_name(AttentionKernel k);
+
+struct CudaBackendOptions {
+  std::int64_t max_batch_tokens = 8192;  // T of the largest batch; sizes every activation buffer
+  std::int64_t max_capture_points = 4;   // distinct capture points per batch (eagle3 = 4)
+  AttentionKernel attention = AttentionKernel::Auto;
+  double timeout_s = 1800;               // bound on any wait for the GPU or tensor-parallel peers
+  int host_copy_threads = 4;             // threads that copy captured states into the result
+};
+
+}  // namespace layertap::cuda

@@ -1,0 +1,29 @@
+// What the CUDA backend will take of a GPU, computed before it allocates anything, and the check
+// that it fits (a clear error with the numbers instead of an out-of-memory failure mid-run).
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "backend/cuda/cuda_options.hpp"
+#include "backend/cuda/local_shape.hpp"
+
+namespace layertap::cuda {
+
+// Device memory left unclaimed for cuBLASLt's and NCCL's own buffers and the context's growth.
+inline constexpr std::size_t kDeviceHeadroomBytes = std::size_t(768) << 20;
+
+struct MemoryPlan {
+  std::size_t weight_bytes = 0;     // bf16 weights of this rank
+  std::size_t workspace_bytes = 0;  // activations, capture snapshots, cuBLASLt workspace
+  std::size_t pinned_bytes = 0;     // page-locked host memory (capture targets, batch staging)
+  std::size_t per_token_bytes = 0;  // workspace growth per token of max_batch_tokens
+};
+
+MemoryPlan plan_memory(const LocalShape& shape, const CudaBackendOptions& options);
+
+// Throws layertap::Error when weights + workspace + headroom exceed `free_bytes`, naming each
+// term in GiB, the largest max_batch_tokens that would fit, and what to lower.
+void check_fits(const MemoryPlan& plan, std::size_t free_bytes, const std::string& device,
+                const CudaBackendOptions& options);
+
+}  // namespace layertap::cuda

@@ -1,0 +1,245 @@
+#include "cli/verify.hpp"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "comm/tp_comm.hpp"
+#include "core/digest.hpp"
+#include "core/error.hpp"
+#include "io/shard_reader.hpp"
+#include "model/safetensors.hpp"
+#include "model/weights.hpp"
+
+namespace layertap::cli {
+namespace {
+
+namespace fs = std::filesystem;
+namespace po = boost::program_options;
+using nlohmann::json;
+
+// Relative Frobenius error allowed between stored and recomputed states. bf16 keeps 8
+// significant bits (rounding <= 2^-9 relative per element, so <= 2^-9 in norm); the recompute
+// itself differs from the stored float32 run by ~1e-6 (another batch packing). Every corruption
+// verify looks for (swapped or shifted points, last for final, shifted tokens, exchanged samples)
+// moves the states by tens of percent.
+double tolerance(const std::string& dtype) { return dtype == "float32" ? 1e-4 : std::ldexp(1.0, -8); }
+
+struct SampleRef {
+  std::size_t shard;  // position in the manifest's shard list
+  int64_t row;        // sample position inside the shard
+};
+
+class Verifier {
+ public:
+  Verifier(const VerifyOptions& o, std::ostream& out) : o_(o), out_(out) {}
+
+  int run() {
+    const fs::path manifest_path = o_.out_dir / "manifest.json";
+    std::ifstream in(manifest_path);
+    LT_CHECK(in, "'", manifest_path.string(), "' does not exist: the run is incomplete or this is not a layertap output");
+    try {
+      m_ = json::parse(in);
+      check_shards();
+      if (o_.samples != 0) recompute();
+    } catch (const json::exception& e) {
+      problem(cat("manifest.json is malformed: ", e.what()));
+    }
+    if (m_.value("complete", false) == false) problem("the manifest marks the run incomplete");
+    out_ << (problems_ == 0 ? "OK" : "FAILED") << ": " << problems_ << " problem(s), " << checked_samples_
+         << " sample(s) recomputed\n";
+    return problems_ == 0 ? 0 : 1;
+  }
+
+ private:
+  void problem(const std::string& what) {
+    ++problems_;
+    out_ << "PROBLEM " << what << "\n";
+  }
+
+  // Counts, offsets, attributes, sizes and checksums of every shard; NaN/Inf in every state.
+  void check_shards() {
+    const int64_t P = int64_t(m_.at("capture").at("points").size());
+    const int64_t H = m_.at("model").at("hidden_size").get<int64_t>();
+    std::vector<int64_t> ids;
+    for (const json& p : m_.at("capture").at("points")) ids.push_back(p.at("id").get<int64_t>());
+    int64_t samples = 0, tokens = 0, last_index = -1;
+    for (const json& s : m_.at("shards")) {
+      const std::string name = s.at("file").get<std::string>();
+      const fs::path file = o_.out_dir / name;
+      shard_files_.push_back(file);
+      shard_sizes_.push_back(0);
+      if (!fs::exists(file)) {
+        problem(cat(name, ": missing"));
+        continue;
+      }
+      if (int64_t(fs::file_size(file)) != s.at("bytes").get<int64_t>())
+        problem(cat(name, ": ", fs::file_size(file), " bytes, the manifest records ", s.at("bytes").get<int64_t>()));
+      if (sha256_file(file.string()) != s.at("sha256").get<std::string>())
+        problem(cat(name, ": SHA-256 differs from the manifest (the file changed after it was written)"));
+      try {
+        io::ShardReader r(file);
+        for (const std::string& p : r.structure_problems()) problem(cat(name, ": ", p));
+        if (r.num_samples() != s.at("samples").get<int64_t>() || r.num_tokens() != s.at("tokens").get<int64_t>())
+          problem(cat(name, ": holds ", r.num_samples(), " samples and ", r.num_tokens(), " tokens, the manifest records ",
+                      s.at("samples").get<int64_t>(), " and ", s.at("tokens").get<int64_t>()));
+        if (r.hidden_shape() != std::vector<int64_t>{r.num_tokens(), P, H})
+          problem(cat(name, ": /hidden_states is ", io::format_shape(r.hidden_shape()), ", expected [", r.num_tokens(), ", ",
+                      P, ", ", H, "]"));
+        if (r.meta().point_ids != ids) problem(cat(name, ": its capture_point_ids differ from the manifest's"));
+        for (int64_t idx : r.sample_index()) {
+          if (idx <= last_index) problem(cat(name, ": sample index ", idx, " is out of order (after ", last_index, ")"));
+          last_index = idx;
+        }
+        scan_nonfinite(r, name);
+        shard_sizes_.back() = r.num_samples();
+        samples += r.num_samples();
+        tokens += r.num_tokens();
+      } catch (const Error& e) {
+        problem(cat(name, ": unreadable: ", e.what()));
+      }
+    }
+    const json& totals = m_.at("totals");
+    if (samples != totals.at("samples").get<int64_t>() || tokens != totals.at("tokens").get<int64_t>())
+      problem(cat("the shards hold ", samples, " samples and ", tokens, " tokens, the manifest totals say ",
+                  totals.at("samples").get<int64_t>(), " and ", totals.at("tokens").get<int64_t>()));
+  }
+
+  void scan_nonfinite(const io::ShardReader& r, const std::string& name) {
+    const std::vector<int64_t> off = r.sample_offsets(), index = r.sample_index();
+    for (std::size_t s = 0; s + 1 < off.size(); ++s) {
+      const std::vector<float> hs = r.hidden_states(off[s], off[s + 1]);
+      const auto bad = std::count_if(hs.begin(), hs.end(), [](float v) { return !std::isfinite(v); });
+      if (bad) problem(cat(name, ": sample ", index[s], " has ", bad, " NaN/Inf values"));
+    }
+  }
+
+  // Recomputes chosen samples from their stored tokens and compares every capture point.
+  void recompute() {
+    std::vector<SampleRef> all;
+    for (std::size_t f = 0; f < shard_sizes_.size(); ++f)
+      for (int64_t s = 0; s < shard_sizes_[f]; ++s) all.push_back({f, s});
+    std::vector<SampleRef> chosen = all;
+    if (o_.samples > 0 && std::size_t(o_.samples) < all.size()) {
+      std::mt19937_64 rng(o_.seed);
+      std::shuffle(chosen.begin(), chosen.end(), rng);
+      chosen.resize(std::size_t(o_.samples));
+      std::sort(chosen.begin(), chosen.end(), [](const SampleRef& a, const SampleRef& b) { return std::tie(a.shard, a.row) < std::tie(b.shard, b.row); });
+    }
+    const json& mm = m_.at("model");
+    const std::string dir = o_.model.empty() ? mm.at("dir").get<std::string>() : o_.model;
+    const std::string config_path = (fs::path(dir) / "config.json").string();
+    const ModelConfig cfg = load_model_config(config_path);
+    if (sha256_file(config_path) != mm.at("config_sha256").get<std::string>())
+      problem(cat("model '", dir, "': config.json differs from the one recorded in the manifest"));
+    const Checkpoint ckpt(checkpoint_files(dir));
+    if (ckpt.fingerprint() != mm.at("weights_fingerprint").get<std::string>())
+      problem(cat("model '", dir, "': weights differ from the ones recorded in the manifest"));
+    SoloComm comm;
+    cpu::set_num_threads(o_.threads);
+    CpuBackend backend(cfg, load_weights(ckpt, cfg, TpShard{}), comm);
+    CapturePlan plan;
+    plan.request = m_.at("capture").at("request").get<std::string>();
+    plan.num_layers = cfg.num_layers;
+    for (const json& p : m_.at("capture").at("points"))
+      plan.points.push_back({p.at("spec").get<std::string>(), p.at("id").get<int64_t>()});
+    const double tol = tolerance(m_.at("storage_dtype").get<std::string>());
+
+    std::size_t open_shard = SIZE_MAX;
+    std::unique_ptr<io::ShardReader> reader;
+    std::vector<int64_t> off, index;
+    std::vector<int32_t> ids;
+    for (const SampleRef& ref : chosen) {
+      if (ref.shard != open_shard) {
+        reader = std::make_unique<io::ShardReader>(shard_files_[ref.shard]);
+        off = reader->sample_offsets();
+        index = reader->sample_index();
+        ids = reader->input_ids();
+        open_shard = ref.shard;
+      }
+      const int64_t t0 = off[std::size_t(ref.row)], t1 = off[std::size_t(ref.row) + 1], T = t1 - t0, H = cfg.hidden_size;
+      PackedBatch batch;
+      batch.tokens.assign(ids.begin() + t0, ids.begin() + t1);
+      batch.offsets = {0, T};
+      const auto states = backend.forward(batch, plan, DType::F32);
+      const std::vector<float> stored = reader->hidden_states(t0, t1);  // [T, P, H]
+      const int64_t P = int64_t(plan.points.size());
+      std::string worst_point;
+      double worst = 0;
+      for (int64_t p = 0; p < P; ++p) {
+        const auto* want = reinterpret_cast<const float*>(states[std::size_t(p)].data());
+        double num = 0, den = 0;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < H; ++h) {
+            const double d = double(stored[std::size_t((t * P + p) * H + h)]) - want[t * H + h];
+            num += d * d;
+            den += double(want[t * H + h]) * want[t * H + h];
+          }
+        const double err = std::sqrt(num / den);
+        if (!(err <= worst)) {
+          worst = err;
+          worst_point = plan.points[std::size_t(p)].spec;
+        }
+      }
+      ++checked_samples_;
+      const std::string where = cat("sample ", index[std::size_t(ref.row)], " (", shard_files_[ref.shard].filename().string(),
+                                    " #", ref.row, ", ", T, " tokens)");
+      if (!(worst <= tol))
+        problem(cat(where, ": recomputed states differ at point ", worst_point, ": relative error ", worst, " > ", tol));
+      else
+        out_ << "ok " << where << ": worst relative error " << worst << " (point " << worst_point << ")\n";
+    }
+  }
+
+  const VerifyOptions& o_;
+  std::ostream& out_;
+  json m_;
+  int problems_ = 0;
+  int64_t checked_samples_ = 0;
+  std::vector<fs::path> shard_files_;
+  std::vector<int64_t> shard_sizes_;  // samples per shard; 0 for an unreadable shard
+};
+
+}  // namespace
+
+bool parse_verify_options(const std::vector<std::string>& args, VerifyOptions& o, std::ostream& out) {
+  po::options_description desc("Options");
+  std::string dir;
+  desc.add_options()
+      ("out", po::value(&dir)->required(), "output directory to verify (also the first positional argument)")
+      ("samples", po::value(&o.samples)->default_value(o.samples),
+       "samples to recompute with the model and compare at every capture point (0 = none, -1 = all)")
+      ("seed", po::value(&o.seed)->default_value(o.seed), "seed that chooses the samples")
+      ("model", po::value(&o.model), "model directory (default: the one recorded in the manifest)")
+      ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products (0 = all cores)")
+      ("help,h", "print this help");
+  po::positional_options_description pos;
+  pos.add("out", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    if (vm.count("help")) {
+      out << "Usage: layertap verify OUTDIR [--samples N] [--seed S] [--model DIR]\n\n"
+             "Checks manifest.json against every shard (counts, offsets, shapes, attributes, sizes, SHA-256,\n"
+             "NaN/Inf) and recomputes a seeded random subset of samples on the CPU at TP 1, comparing every\n"
+             "capture point (bf16 output: relative error <= 2^-8; float32: <= 1e-4). Exits 1 on any problem.\n\n"
+          << desc << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    LT_FAIL(e.what(), " (see 'layertap verify --help')");
+  }
+  LT_CHECK(o.samples >= -1, "--samples must be -1 (all), 0 or positive");
+  o.out_dir = dir;
+  return true;
+}
+
+int run_verify(const VerifyOptions& o, std::ostream& out) { return Verifier(o, out).run(); }
+
+}  // namespace layertap::cli

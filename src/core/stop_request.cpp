@@ -1,0 +1,30 @@
+#include "core/stop_request.hpp"
+
+#include <csignal>
+
+namespace layertap {
+namespace {
+volatile std::sig_atomic_t g_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // interrupted system calls (file writes) resume
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+bool stop_requested() { return g_signal != 0; }
+
+const char* stop_signal_name() {
+  switch (g_signal) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "";
+  }
+}
+
+}  // namespace layertap

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""`layertap verify` passes a clean output and catches every corruption made by
+tools/corrupt_output.py: swapped points, a point shifted by one layer, `last` stored for
+`final`, a sample shifted by one token, two samples exchanged (these with the manifest's
+checksums updated, so only recomputation can tell), a truncated shard and a flipped byte."""
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ARGS = None
+CAPTURE = "0,2,last,final"  # point ids 0, 2, 4, 5 on the 4-layer fixture
+
+
+class Verify(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="layertap-verify-"))
+        fix = Path(ARGS.fixtures)
+        cls.model = fix / "models" / "llama"
+        data = fix / "data" / "golden.jsonl"
+
+        def extract(out, capture):
+            subprocess.run([ARGS.layertap, "extract", "--model", cls.model, "--data", data, "--out", out,
+                            "--capture", capture, "--log-level", "warning"], check=True)
+        cls.good = cls.tmp / "good"
+        extract(cls.good, CAPTURE)
+        cls.shifted = cls.tmp / "shifted"  # every point one layer later: 1, 3, final, final
+        extract(cls.shifted, "1,3,final,final")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def verify(self, out):
+        return subprocess.run([ARGS.layertap, "verify", out, "--samples", "-1"], capture_output=True, text=True,
+                              timeout=120)
+
+    def corrupted(self, *edit, rechecksum=True):
+        out = self.tmp / ("bad-" + "-".join(map(str, edit[:2])))
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(self.good, out)
+        cmd = [sys.executable, ARGS.corrupt, out, *map(str, edit)] + (["--rechecksum"] if rechecksum else [])
+        subprocess.run(cmd, check=True)
+        return out
+
+    def expect_caught(self, message, *edit, rechecksum=True):
+        p = self.verify(self.corrupted(*edit, rechecksum=rechecksum))
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn(message, p.stdout)
+        self.assertIn("FAILED", p.stdout)
+
+    def test_clean_output_passes(self):
+        p = self.verify(self.good)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("OK: 0 problem(s), 5 sample(s) recomputed", p.stdout)
+
+    def test_capture_points_swapped(self):
+        self.expect_caught("recomputed states differ", "swap-points", 1, 2)
+
+    def test_point_shifted_by_one_layer(self):
+        self.expect_caught("recomputed states differ at point 2", "replace-point", 1, self.shifted, 1)
+
+    def test_last_stored_where_final_was_asked(self):
+        self.expect_caught("recomputed states differ at point final", "replace-point", 3, self.good, 2)
+
+    def test_sample_shifted_by_one_token(self):
+        self.expect_caught("sample 2 ", "shift-tokens", 2)
+
+    def test_two_samples_exchanged(self):
+        self.expect_caught("sample 3 ", "exchange-samples", 3, 4)
+
+    def test_truncated_shard(self):
+        self.expect_caught("shard-00000.h5", "truncate", 1000, rechecksum=False)
+
+    def test_flipped_byte_in_a_chunk(self):
+        self.expect_caught("SHA-256 differs", "flip-byte", rechecksum=False)
+
+    def test_missing_manifest(self):
+        out = self.corrupted("swap-points", 0, 0)
+        (out / "manifest.json").unlink()
+        p = self.verify(out)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("manifest.json", p.stderr)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layertap", required=True)
+    ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--corrupt", required=True)
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0], *rest])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+// kernels/attention.cu, both kernels, against the CPU backend's cpu::causal_attention on the same
+// (widened) bf16 q/k/v: packed batches with samples of 1..300 tokens (sizes on and off the flash
+// tile of 64), GQA group sizes 1..8, sliding windows, head_dim 8..256. Exit 77 without a GPU.
+//
+// Tolerance, a bound per element (v_max = the largest |v| of the batch):
+//   reference: the only bf16 rounding is the output's, <= 2^-9 |ref|; float32 summation order
+//              adds <= 1e-5 v_max. Bound 2^-9 |ref| + 1e-5 v_max.
+//   flash:     also rounds each probability p_j to bf16 before the product with V (relative
+//              2^-9 each) while the denominator sums them unrounded, which moves the output by at
+//              most 2^-9 sum_j p_j |v_j| / sum_j p_j <= 2^-9 v_max. Bound 2^-9 |ref| + (2^-9 + 1e-5) v_max.
+// The normalized error must stay under the same factors (2^-9 and 2 * 2^-9 plus 1e-5).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.hpp"
+#include "core/error.hpp"
+#include "gpu_compare.hpp"
+#include "gpu_test.hpp"
+#include "kernels/attention.cuh"
+
+namespace {
+
+using namespace layertap::gpu_test;
+namespace kernels = layertap::kernels;
+
+struct Case {
+  std::vector<std::int64_t> lengths;
+  std::int64_t hq, hkv, hd, window;
+};
+
+int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
+  std::vector<std::int64_t> offsets{0};
+  for (const std::int64_t n : c.lengths) offsets.push_back(offsets.back() + n);
+  const std::int64_t T = offsets.back(), hd = c.hd, qd = c.hq * hd, kd = c.hkv * hd, row = qd + 2 * kd;
+  std::mt19937_64 rng(seed);
+  // Scores q.k / sqrt(hd) of order 1..3: softmax neither uniform nor one-hot.
+  const std::vector<bf16_bits> qkv = normal_bf16(rng, T * row, 1.3f);  // (T, (hq + 2hkv) hd)
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(T));
+  for (std::size_t s = 0; s + 1 < offsets.size(); ++s)
+    for (std::int64_t t = offsets[s]; t < offsets[s + 1]; ++t) pos[std::size_t(t)] = std::int32_t(t - offsets[s]);
+
+  // CPU reference on contiguous q (T, hq hd), k and v (T, hkv hd).
+  const std::vector<float> in = widen(qkv);
+  std::vector<float> q(std::size_t(T * qd)), k(std::size_t(T * kd)), v(std::size_t(T * kd)), ref(std::size_t(T * qd));
+  double v_max = 0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (std::int64_t i = 0; i < qd; ++i) q[std::size_t(t * qd + i)] = in[std::size_t(t * row + i)];
+    for (std::int64_t i = 0; i < kd; ++i) {
+      k[std::size_t(t * kd + i)] = in[std::size_t(t * row + qd + i)];
+      v[std::size_t(t * kd + i)] = in[std::size_t(t * row + qd + kd + i)];
+      v_max = std::max(v_max, std::fabs(double(v[std::size_t(t * kd + i)])));
+    }
+  }
+  layertap::cpu::causal_attention(q.data(), k.data(), v.data(), ref.data(), offsets, c.hq, c.hkv, hd, c.window);
+
+  Guarded<bf16_bits> d_qkv(T * row), d_ctx(T * qd);
+  Guarded<std::int32_t> d_pos(T);
+  d_qkv.upload(qkv);
+  d_pos.upload(pos);
+  const std::vector<std::int32_t> tiles = kernels::flash_query_tiles(offsets);
+  Guarded<std::int32_t> d_tiles(std::int64_t(tiles.size()));
+  d_tiles.upload(tiles);
+
+  int fails = 0;
+  for (const bool flash : {false, true}) {
+    char name[160];
+    std::snprintf(name, sizeof name, "%-9s T=%-4lld S=%zu hq=%lld hkv=%lld hd=%-3lld window=%lld",
+                  flash ? "flash" : "reference", (long long)T, c.lengths.size(), (long long)c.hq, (long long)c.hkv,
+                  (long long)hd, (long long)c.window);
+    if (flash && !kernels::flash_attention_supported(hd)) {
+      std::printf("skip %s (flash: head_dim 64 or 128 on sm_80+ only)\n", name);
+      continue;
+    }
+    poison_bf16(d_ctx);
+    if (flash) {
+      kernels::attention_flash(as_bf16(d_ctx.data()), as_bf16(d_qkv.data()), d_pos.data(), d_tiles.data(),
+                               std::int64_t(tiles.size()) / 2, T, c.hq, c.hkv, hd, c.window, stream);
+    } else {
+      kernels::attention_reference(as_bf16(d_ctx.data()), as_bf16(d_qkv.data()), d_pos.data(), T, c.hq, c.hkv, hd,
+                                   c.window, stream);
+    }
+    LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<float> got = widen(d_ctx.download());
+    const double abs_part = (flash ? kBf16Unit : 0.0) * v_max + 1e-5 * v_max;
+    std::vector<double> bound(ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) bound[i] = kBf16Unit * std::fabs(double(ref[i])) + abs_part;
+    const double norm_tol = (flash ? 2.0 : 1.0) * kBf16Unit + 1e-5;
+    const std::int64_t damage = d_ctx.guard_damage() + d_qkv.guard_damage() + d_pos.guard_damage() + d_tiles.guard_damage();
+    fails += report(name, compare(got, ref, &bound), norm_tol, damage, &got, &ref);
+  }
+  return fails;
+}
+
+// The tile table on its own (no device needed): tiles cover every token once, stay inside their
+// sample, hold at most kFlashTile tokens, and never outnumber max_flash_tiles.
+int tile_checks() {
+  int fails = 0;
+  const std::vector<std::vector<std::int64_t>> batches = {
+      {0, 1}, {0, 64}, {0, 65}, {0, 1, 2, 3}, {0, 63, 63, 191, 200}, {0, 4096}, {0, 0, 5}};
+  for (const auto& off : batches) {
+    const std::vector<std::int32_t> t = kernels::flash_query_tiles(off);
+    std::int64_t next = 0;
+    bool ok = t.size() % 2 == 0 && std::int64_t(t.size()) / 2 <= kernels::max_flash_tiles(off.back());
+    for (std::size_t i = 0; ok && i < t.size(); i += 2) {
+      const std::int64_t b = t[i], e = t[i + 1];
+      const auto s = std::upper_bound(off.begin(), off.end(), b) - off.begin() - 1;  // sample holding b
+      ok = b == next && e > b && e - b <= kernels::kFlashTile && e <= off[std::size_t(s) + 1];
+      next = e;
+    }
+    ok = ok && next == off.back();
+    std::printf("%s flash_query_tiles over %zu samples, %lld tokens: %zu tiles\n", ok ? "ok  " : "FAIL", off.size() - 1,
+                (long long)off.back(), t.size() / 2);
+    fails += ok ? 0 : 1;
+  }
+  return fails;
+}
+
+}  // namespace
+
+int main() {
+  int failures = tile_checks();
+  if (!layertap::gpu_test::gpu_visible()) return failures != 0 ? 1 : layertap::gpu_test::kSkip;
+  try {
+    cudaStream_t stream = nullptr;
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const std::vector<std::int64_t> mixed = {19, 1, 61, 7, 33};        // the golden samples
+    const std::vector<std::int64_t> tiles = {64, 65, 1, 63, 128, 130};  // on and off the 64-token tile
+    const std::vector<Case> cases = {
+        {mixed, 6, 2, 12, 0},      {mixed, 4, 2, 14, 0},    {mixed, 8, 2, 10, 8},     {mixed, 6, 2, 16, 0},
+        {mixed, 8, 2, 8, 0},       {tiles, 4, 2, 64, 0},    {tiles, 4, 1, 64, 0},     {tiles, 8, 8, 64, 5},
+        {tiles, 4, 2, 128, 0},     {tiles, 8, 1, 128, 100}, {tiles, 4, 4, 128, 64},   {{300}, 2, 1, 128, 0},
+        {{300}, 2, 2, 64, 17},     {{1}, 2, 1, 128, 0},     {{300, 2}, 3, 3, 256, 0}, {{200}, 32, 8, 128, 0},
+    };
+    std::uint64_t seed = 10001;
+    for (const Case& c : cases) failures += run_case(c, seed++, stream);
+    LT_CUDA_CHECK(cudaStreamDestroy(stream));
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
+  return failures == 0 ? 0 : 1;
+}

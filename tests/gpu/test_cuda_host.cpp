@@ -1,0 +1,160 @@
+// The host-side arithmetic of the CUDA path, which runs (and must pass) without a GPU: tensor-
+// parallel shapes, parameter and memory counts for Llama-3.1-8B, the out-of-memory message, the
+// benchmark's option parsing, the parallel host copies, and device selection with no device.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_options.hpp"
+#include "backend/cuda/device.hpp"
+#include "backend/cuda/device_weights.hpp"
+#include "backend/cuda/host_copy.hpp"
+#include "backend/cuda/local_shape.hpp"
+#include "backend/cuda/memory_plan.hpp"
+#include "cli/bench.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace {
+
+using namespace layertap;
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  failures += ok ? 0 : 1;
+}
+
+void check_throws(const std::string& what, const std::function<void()>& f, const std::string& must_contain) {
+  try {
+    f();
+    check(false, what + ": did not throw");
+  } catch (const Error& e) {
+    check(std::string(e.what()).find(must_contain) != std::string::npos, what + ": " + e.what());
+  }
+}
+
+void shapes_and_memory() {
+  const ModelConfig c = synthetic_model_config("llama3-8b");
+  const cuda::LocalShape s1 = cuda::LocalShape::of(c, {0, 1});
+  // Per layer: q/k/v 6144 x 4096, o 4096 x 4096, gate/up/down 3 x 14336 x 4096.
+  check(s1.layer_matmul_params() == 6979321856, cat("llama3-8b matmul params ", s1.layer_matmul_params(), " = 6979321856"));
+  const cuda::LocalShape s8 = cuda::LocalShape::of(c, {3, 8});
+  check(s8.heads == 4 && s8.kv_heads == 1 && s8.inter == 1792 && s8.qkv_dim() == 768,
+        "tp 8: 4 query heads, 1 kv head, intermediate 1792 per rank");
+  const cuda::LocalShape s16 = cuda::LocalShape::of(c, {5, 16});
+  check(s16.heads == 2 && s16.kv_heads == 1, "tp 16: kv heads replicated (1 per rank)");
+  check_throws("tp 3", [&] { (void)cuda::LocalShape::of(c, {0, 3}); }, "does not divide");
+
+  // bf16 bytes: matmul params + embedding 128256 x 4096 + 65 norm vectors of 4096; each of the
+  // 2 + 32 * 6 tensors may add under 256 bytes of alignment padding.
+  const std::size_t exact = 2 * (std::size_t(6979321856) + std::size_t(128256) * 4096 + 65 * 4096);
+  const std::size_t bytes = cuda::DeviceWeights::bytes(s1);
+  check(bytes >= exact && bytes < exact + 194 * 256, cat("llama3-8b weights ", bytes, " bytes (exact ", exact, ")"));
+
+  cuda::CudaBackendOptions o;
+  o.max_batch_tokens = 16384;
+  o.max_capture_points = 4;
+  const cuda::MemoryPlan p = cuda::plan_memory(s1, o);
+  // Per token, bf16: x, h, delta 3 x 4096 + qkv 6144 + ctx 4096 + gate_up 28672 + act 14336 +
+  // 4 snapshots x 4096 = 81920 values; + 8 bytes of ids/pos and 8 * (1 + 1/64) of flash tiles.
+  check(p.per_token_bytes >= 163840 + 16 && p.per_token_bytes <= 163840 + 17,
+        cat("workspace per token ", p.per_token_bytes, " bytes"));
+  check(p.pinned_bytes >= std::size_t(4) * 16384 * 4096 * 2, cat("pinned bytes ", p.pinned_bytes));
+  const std::size_t gib = std::size_t(1) << 30;
+  bool fits = true;
+  try {
+    cuda::check_fits(p, 20 * gib, "a 20 GiB GPU", o);
+  } catch (const Error&) {
+    fits = false;
+  }
+  check(fits, "llama3-8b with 16384-token batches fits in 20 GiB");
+  check_throws("llama3-8b in 15 GiB", [&] { cuda::check_fits(p, 15 * gib, "a 15 GiB GPU", o); }, "tokens per batch would fit");
+  check_throws("llama3-8b in 10 GiB", [&] { cuda::check_fits(p, 10 * gib, "a 10 GiB GPU", o); },
+               "even the weights alone do not fit");
+  try {
+    cuda::check_fits(p, 15 * gib, "a 15 GiB GPU", o);
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    check(m.find("weights 13.98 GiB") != std::string::npos && m.find("max_batch_tokens 16384") != std::string::npos &&
+              m.find("--max-batch-tokens") != std::string::npos && m.find("--tp") != std::string::npos,
+          "the message names weights, workspace, free memory and what to lower");
+  }
+}
+
+void bench_options() {
+  std::ostringstream out;
+  BenchOptions o;
+  check(parse_bench_options({"--synthetic", "llama3-8b", "--tokens", "8192,16384", "--points", "4", "--iters=3"}, o, out) &&
+            o.tokens == std::vector<int64_t>{8192, 16384} && o.capture == "eagle3" && o.iters == 3,
+        "bench: --tokens 8192,16384 --points 4 --iters=3");
+  BenchOptions three;
+  check(parse_bench_options({"--points", "3"}, three, out) && three.capture == "10,21,final",
+        "bench: --points 3 on 32 layers = 10,21,final, got '" + three.capture + "'");
+  BenchOptions help;
+  check(!parse_bench_options({"--help"}, help, out) && out.str().find("--synthetic") != std::string::npos,
+        "bench: --help prints the usage");
+  BenchOptions bad;
+  check_throws("bench: unknown option", [&] { parse_bench_options({"--nope", "1"}, bad, out); }, "unknown option --nope");
+  check_throws("bench: bad token list", [&] { parse_bench_options({"--tokens", "8k"}, bad, out); }, "--tokens");
+  check_throws("bench: unknown model", [&] { parse_bench_options({"--synthetic", "gpt2"}, bad, out); }, "llama3-8b");
+  check_throws("bench: bad attention", [&] { parse_bench_options({"--attention", "fast"}, bad, out); }, "reference");
+  const ModelConfig q = synthetic_model_config("qwen3-8b");
+  check(q.qk_norm && q.num_layers == 36 && q.head_dim == 128 && q.intermediate_size == 12288, "qwen3-8b shape");
+  const ModelConfig l = synthetic_model_config("llama3-8b");
+  check(l.rope.type == RopeConfig::Type::Llama3 && l.rope.theta == 500000.0 && l.vocab_size == 128256 &&
+            l.num_kv_heads == 8 && l.intermediate_size == 14336,
+        "llama3-8b shape and rope");
+}
+
+void host_copies() {
+  const std::size_t n = (std::size_t(20) << 20) + 3;  // crosses the 8 MiB pieces unevenly
+  std::vector<std::uint16_t> src(n);
+  for (std::size_t i = 0; i < n; ++i) src[i] = std::uint16_t((i * 2654435761u) >> 7);
+  std::vector<std::uint16_t> dst(n, 0);
+  cuda::parallel_copy(dst.data(), src.data(), n * 2, 4);
+  check(dst == src, "parallel_copy of 40 MiB on 4 threads");
+  std::vector<float> wide(n, -1.0f);
+  cuda::parallel_bf16_to_f32(wide.data(), src.data(), n, 3);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &wide[i], 4);
+    bad += bits != std::uint32_t(src[i]) << 16;  // bf16 is the top half of the float32
+  }
+  check(bad == 0, "parallel_bf16_to_f32 widens exactly");
+}
+
+void devices_and_names() {
+  check(cuda::parse_attention_kernel("flash") == cuda::AttentionKernel::Flash &&
+            std::string(cuda::attention_kernel_name(cuda::AttentionKernel::Reference)) == "reference",
+        "attention kernel names");
+  check_throws("local rank outside the node", [] { (void)cuda::local_rank_device(2, 2); }, "outside");
+  if (cuda::visible_device_count() == 0) {
+    check_throws("device selection without a GPU", [] { (void)cuda::local_rank_device(0, 1); }, "no CUDA device");
+  } else {
+    check_throws("more ranks than GPUs", [] { (void)cuda::local_rank_device(0, 4096); }, "visible GPU");
+  }
+}
+
+}  // namespace
+
+int main() {
+  try {
+    shapes_and_memory();
+    bench_options();
+    host_copies();
+    devices_and_names();
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
+  return failures == 0 ? 0 : 1;
+}

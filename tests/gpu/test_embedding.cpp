@@ -1,0 +1,79 @@
+// kernels/embedding.cu: exact row copies (bit for bit) at H that are and are not multiples of the
+// 8-element vector width, guard regions, and the device-side bad-token flag. Exit 77 without a GPU.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <vector>
+
+#include "gpu_compare.hpp"
+#include "gpu_test.hpp"
+#include "kernels/embedding.cuh"
+
+namespace {
+
+using namespace layertap::gpu_test;
+
+int run_case(std::int64_t T, std::int64_t H, std::int64_t V, const std::vector<std::int64_t>& bad_at,
+             std::uint64_t seed, cudaStream_t stream) {
+  std::mt19937_64 rng(seed);
+  const std::vector<bf16_bits> table = random_bf16(rng, V * H, -2.0f, 2.0f);  // (V, H)
+  std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(V - 1));
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(T));
+  for (auto& x : ids) x = id(rng);
+  for (std::size_t k = 0; k < bad_at.size(); ++k)
+    ids[std::size_t(bad_at[k])] = k % 2 == 0 ? static_cast<std::int32_t>(V) : -1;  // just past the end, negative
+
+  Guarded<bf16_bits> d_table(V * H), d_out(T * H);
+  Guarded<std::int32_t> d_ids(T), d_bad(1);
+  d_table.upload(table);
+  d_ids.upload(ids);
+  d_bad.upload({0x7f7f7f7f});
+  poison_bf16(d_out);
+  layertap::kernels::embedding_lookup(as_bf16(d_out.data()), d_ids.data(), as_bf16(d_table.data()), T, H, V,
+                                      d_bad.data(), stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const std::vector<bf16_bits> out = d_out.download();
+  std::int64_t wrong = 0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    const std::int32_t i = ids[std::size_t(t)];
+    const bool ok = i >= 0 && i < V;
+    for (std::int64_t c = 0; c < H; ++c)
+      wrong += out[std::size_t(t * H + c)] != (ok ? table[std::size_t(i * H + c)] : bf16_bits(0));
+  }
+  const std::int32_t expected_bad =
+      bad_at.empty() ? 0x7f7f7f7f : static_cast<std::int32_t>(*std::min_element(bad_at.begin(), bad_at.end()));
+  const std::int32_t got_bad = d_bad.download()[0];
+  const std::int64_t damage = d_out.guard_damage() + d_table.guard_damage() + d_ids.guard_damage();
+  const bool pass = wrong == 0 && got_bad == expected_bad && damage == 0;
+  std::printf("%s T=%-5lld H=%-5lld V=%-6lld bad=%zu: %lld elements differ (exact copy required), flag %d "
+              "(expected %d), guard damage %lld\n",
+              pass ? "ok  " : "FAIL", (long long)T, (long long)H, (long long)V, bad_at.size(), (long long)wrong, got_bad,
+              expected_bad, (long long)damage);
+  return pass ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  if (!layertap::gpu_test::gpu_visible()) return layertap::gpu_test::kSkip;
+  try {
+    cudaStream_t stream = nullptr;
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    int failures = 0;
+    std::uint64_t seed = 7001;
+    for (const std::int64_t T : {1, 7, 129, 1000})
+      for (const std::int64_t H : {5, 8, 72, 4104}) failures += run_case(T, H, 160, {}, seed++, stream);
+    failures += run_case(300, 64, 128256, {}, seed++, stream);    // a Llama-3-sized vocabulary
+    failures += run_case(50, 72, 160, {17, 3, 40}, seed++, stream);  // first bad position is 3
+    failures += run_case(50, 13, 160, {0}, seed++, stream);
+    LT_CUDA_CHECK(cudaStreamDestroy(stream));
+    std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
+    return failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+}

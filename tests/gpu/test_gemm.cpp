@@ -1,0 +1,115 @@
+// src/backend/cuda/gemm (cuBLASLt, bf16 in/out, float32 accumulation, bias epilogue) against a
+// float64 host product of the same bf16 operands, at odd and model-sized shapes, with and without
+// bias, with aligned and deliberately misaligned operands. Exit 77 without a GPU.
+//
+// Tolerance, a bound per element: float32 accumulation of K products contributes at most
+// K * 2^-24 * sum_k |x_k w_k| (Higham's gamma_K; the products of bf16 values are exact), and the
+// result is rounded to bf16 once: 2^-9 |ref|. Every element checked is held to
+//   2^-9 |ref| + K * 2^-24 * sum_k |x_k w_k|,
+// the normalized error to 2^-9 + 1e-4. Large shapes check a sample of rows (the float64 host
+// product of all of them would take minutes).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_resources.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "gpu_compare.hpp"
+#include "gpu_test.hpp"
+
+namespace {
+
+using namespace layertap::gpu_test;
+
+struct Case {
+  std::int64_t T, N, K;
+  bool bias;
+  std::int64_t misalign;  // elements added to the x and y pointers (0: 256-byte aligned)
+};
+
+int run_case(layertap::cuda::Gemm& gemm, const Case& c, std::uint64_t seed, cudaStream_t stream) {
+  std::mt19937_64 rng(seed);
+  const float w_scale = 1.0f / std::sqrt(float(c.K));
+  const std::vector<bf16_bits> x = random_bf16(rng, c.T * c.K, -1.0f, 1.0f);       // (T, K)
+  const std::vector<bf16_bits> w = random_bf16(rng, c.N * c.K, -w_scale, w_scale);  // (N, K)
+  const std::vector<bf16_bits> b = random_bf16(rng, c.N, -0.5f, 0.5f);              // (N)
+  Guarded<bf16_bits> d_x(c.T * c.K + c.misalign), d_w(c.N * c.K), d_b(c.N), d_y(c.T * c.N + c.misalign);
+  std::vector<bf16_bits> x_shifted(std::size_t(c.misalign), 0);
+  x_shifted.insert(x_shifted.end(), x.begin(), x.end());
+  d_x.upload(x_shifted);
+  d_w.upload(w);
+  d_b.upload(b);
+  poison_bf16(d_y);
+  gemm.linear(as_bf16(d_y.data() + c.misalign), as_bf16(d_x.data() + c.misalign), as_bf16(d_w.data()),
+              c.bias ? as_bf16(d_b.data()) : nullptr, c.T, c.N, c.K, stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<bf16_bits> y_all = d_y.download();
+
+  // Rows checked: all, or a spread sample including the first and the last.
+  std::vector<std::int64_t> rows;
+  const std::int64_t step = c.T * c.N * c.K > (std::int64_t(1) << 27) ? std::max<std::int64_t>(1, c.T / 8) : 1;
+  for (std::int64_t t = 0; t < c.T; t += step) rows.push_back(t);
+  if (rows.back() != c.T - 1) rows.push_back(c.T - 1);
+  std::vector<float> got, ref;
+  std::vector<double> bound;
+  std::int64_t unwritten_nan = 0;
+  for (const std::int64_t t : rows) {
+    for (std::int64_t n = 0; n < c.N; ++n) {
+      double acc = c.bias ? layertap::bf16_to_float(b[std::size_t(n)]) : 0.0, mag = std::fabs(acc);
+      for (std::int64_t k = 0; k < c.K; ++k) {
+        const double p = double(layertap::bf16_to_float(x[std::size_t(t * c.K + k)])) *
+                         double(layertap::bf16_to_float(w[std::size_t(n * c.K + k)]));
+        acc += p;
+        mag += std::fabs(p);
+      }
+      got.push_back(layertap::bf16_to_float(y_all[std::size_t(c.misalign + t * c.N + n)]));
+      ref.push_back(float(acc));
+      bound.push_back(kBf16Unit * std::fabs(acc) + double(c.K + 1) * std::ldexp(1.0, -24) * mag + 1e-30);
+    }
+  }
+  for (std::int64_t i = 0; i < c.T * c.N; ++i) unwritten_nan += y_all[std::size_t(c.misalign + i)] == 0x7fc1;
+  char name[128];
+  std::snprintf(name, sizeof name, "(%lld x %lld) @ (%lld x %lld)^T%s%s, %zu rows checked", (long long)c.T,
+                (long long)c.K, (long long)c.N, (long long)c.K, c.bias ? " + bias" : "",
+                c.misalign != 0 ? " misaligned" : "", rows.size());
+  int fails = report(name, compare(got, ref, &bound), kBf16Unit + 1e-4, d_y.guard_damage() + d_x.guard_damage(), &got,
+                     &ref);
+  if (unwritten_nan != 0) {
+    std::printf("     FAIL: %lld outputs never written\n", (long long)unwritten_nan);
+    ++fails;
+  }
+  return fails;
+}
+
+}  // namespace
+
+int main() {
+  if (!layertap::gpu_test::gpu_visible()) return layertap::gpu_test::kSkip;
+  try {
+    cudaStream_t stream = nullptr;
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    int failures = 0;
+    {
+      layertap::cuda::DeviceMemory ws(layertap::cuda::Gemm::kWorkspaceBytes);
+      layertap::cuda::Gemm gemm(ws.data(), ws.bytes());
+      const std::vector<Case> cases = {
+          {1, 8, 8, false, 0},        {7, 100, 72, false, 0},      {7, 100, 72, true, 0},     // odd fixture sizes
+          {33, 180, 60, true, 0},     {61, 72, 100, false, 0},     {19, 216, 72, true, 0},    // qwen2 qkv with bias
+          {5, 30, 17, false, 1},      {130, 64, 56, true, 3},                                // misaligned x and y
+          {257, 6144, 4096, false, 0}, {1000, 4096, 4096, true, 0}, {512, 28672, 4096, false, 0},  // Llama-3-8B
+          {512, 4096, 14336, false, 0}, {4097, 1024, 512, false, 0},
+      };
+      std::uint64_t seed = 11001;
+      for (const Case& c : cases) failures += run_case(gemm, c, seed++, stream);
+    }
+    LT_CUDA_CHECK(cudaStreamDestroy(stream));
+    std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
+    return failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+}

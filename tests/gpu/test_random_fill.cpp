@@ -1,0 +1,76 @@
+// kernels/random_fill.cu: bit-exact against the host formula (same hash, same fused multiply-add,
+// same rounding), at sizes on and off the block and grid-stride boundaries, with guard regions;
+// plus the distribution's range and mean on the host alone. Exit 77 without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "gpu_compare.hpp"
+#include "gpu_test.hpp"
+#include "kernels/random_fill.cuh"
+
+namespace {
+
+using namespace layertap::gpu_test;
+
+std::vector<bf16_bits> host_fill(std::int64_t n, std::uint64_t seed, float offset, float scale) {
+  std::vector<bf16_bits> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    v[std::size_t(i)] = layertap::float_to_bf16(std::fma(scale, layertap::kernels::uniform_from_hash(seed, i), offset));
+  return v;
+}
+
+// u in [-1, 1), mean near 0 (host only).
+int distribution_check() {
+  double sum = 0, lo = 1, hi = -1;
+  const std::int64_t n = 1 << 20;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double u = layertap::kernels::uniform_from_hash(42, i);
+    sum += u;
+    lo = std::min(lo, u);
+    hi = std::max(hi, u);
+  }
+  const double mean = sum / double(n);  // standard error of the mean: 1/sqrt(3n) = 5.6e-4
+  const bool ok = lo >= -1.0 && hi < 1.0 && std::fabs(mean) < 5 * 5.6e-4 && lo < -0.999 && hi > 0.999;
+  std::printf("%s uniform_from_hash: min %.6f max %.6f mean %.2e over %lld draws\n", ok ? "ok  " : "FAIL", lo, hi, mean,
+              (long long)n);
+  return ok ? 0 : 1;
+}
+
+int run_case(std::int64_t n, std::uint64_t seed, float offset, float scale, cudaStream_t stream) {
+  Guarded<bf16_bits> d(n);
+  layertap::kernels::fill_uniform_bf16(as_bf16(d.data()), n, seed, offset, scale, stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<bf16_bits> got = d.download(), want = host_fill(n, seed, offset, scale);
+  std::int64_t differ = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+  const std::int64_t damage = d.guard_damage();
+  const bool ok = differ == 0 && damage == 0;
+  std::printf("%s n=%-9lld seed=%llu offset=%g scale=%g: %lld values differ from the host formula, guard damage %lld\n",
+              ok ? "ok  " : "FAIL", (long long)n, (unsigned long long)seed, double(offset), double(scale), (long long)differ,
+              (long long)damage);
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  int failures = distribution_check();
+  if (!layertap::gpu_test::gpu_visible()) return failures != 0 ? 1 : layertap::gpu_test::kSkip;
+  try {
+    cudaStream_t stream = nullptr;
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (const std::int64_t n : {1, 255, 256, 257, 100003, (std::int64_t(1) << 24) + 7})  // past the grid-stride point
+      failures += run_case(n, 1234, 0.0f, 0.0625f, stream);
+    failures += run_case(4096, 99, 1.0f, 0.1f, stream);  // norm weights
+    LT_CUDA_CHECK(cudaStreamDestroy(stream));
+    std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
+    return failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+}

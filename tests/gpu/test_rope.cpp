@@ -1,0 +1,185 @@
+// kernels/rope.cu (per-head q/k RMSNorm + RoPE, in place on the fused qkv rows) against the CPU
+// backend's cpu::rms_norm and cpu::Rope on the same (widened) bf16 inputs. Exit 77 without a GPU.
+//
+// Tolerance, a bound rather than a tuned number. RoPE rotates pairs (a, b) = (x[i], x[i+hd/2])
+// and a rotation keeps Euclidean length, so errors are measured per pair, relative to the pair's
+// length |ref_pair|:
+//   * without the norm, the kernel's inputs are the reference's exactly; its only error is the
+//     rounding of each output to bf16, at most 2^-9 of each output, so |err_pair| <= 2^-9 |pair|;
+//   * with the norm (Qwen3), the kernel also rounds the normalised value and its product with the
+//     weight to bf16 (HF's bf16 tensors; the CPU reference stays float32): two more relative
+//     roundings of 2^-9 on the inputs, so |err_pair| <= 3 * 2^-9 |pair|.
+// Float32 differences (sincosf vs std::sin/cos, summation order of mean(x^2)) add ~1e-7; we allow
+// 1e-6 relative on top. Every element is held to its pair's bound, and the normalized error to
+// the same factor. The value heads must come back bit for bit.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/ops.hpp"
+#include "core/error.hpp"
+#include "gpu_compare.hpp"
+#include "gpu_test.hpp"
+#include "kernels/rope.cuh"
+
+namespace {
+
+using namespace layertap::gpu_test;
+using layertap::RopeConfig;
+
+struct Case {
+  std::vector<std::int64_t> lengths;  // samples of the packed batch
+  std::int64_t hq, hkv, hd;
+  bool norm;
+  RopeConfig rope;
+  std::string rope_name;
+};
+
+RopeConfig default_rope(double theta) {
+  RopeConfig r;
+  r.theta = theta;
+  return r;
+}
+
+RopeConfig llama3_rope() {
+  RopeConfig r;
+  r.type = RopeConfig::Type::Llama3;
+  r.theta = 500000.0;
+  r.factor = 8.0;
+  r.low_freq_factor = 1.0;
+  r.high_freq_factor = 4.0;
+  r.original_max_position_embeddings = 64;
+  return r;
+}
+
+int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
+  std::vector<std::int64_t> offsets{0};
+  for (const std::int64_t n : c.lengths) offsets.push_back(offsets.back() + n);
+  const std::int64_t T = offsets.back(), hd = c.hd, row = (c.hq + 2 * c.hkv) * hd;
+  const float eps = 1e-5f;
+  std::mt19937_64 rng(seed);
+  const std::vector<bf16_bits> qkv = normal_bf16(rng, T * row, 1.5f);     // (T, (hq + 2hkv) hd)
+  const std::vector<bf16_bits> q_norm = random_bf16(rng, hd, 0.5f, 1.5f);  // (hd)
+  const std::vector<bf16_bits> k_norm = random_bf16(rng, hd, 0.5f, 1.5f);
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(T));
+  for (std::size_t s = 0; s + 1 < offsets.size(); ++s)
+    for (std::int64_t t = offsets[s]; t < offsets[s + 1]; ++t) pos[std::size_t(t)] = std::int32_t(t - offsets[s]);
+
+  // CPU reference on the widened inputs: q (T, hq hd) and k (T, hkv hd) as contiguous arrays.
+  const layertap::cpu::Rope rope(c.rope, hd);
+  const std::vector<float> in = widen(qkv);
+  std::vector<float> q(std::size_t(T * c.hq * hd)), k(std::size_t(T * c.hkv * hd));
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (std::int64_t i = 0; i < c.hq * hd; ++i) q[std::size_t(t * c.hq * hd + i)] = in[std::size_t(t * row + i)];
+    for (std::int64_t i = 0; i < c.hkv * hd; ++i)
+      k[std::size_t(t * c.hkv * hd + i)] = in[std::size_t(t * row + c.hq * hd + i)];
+  }
+  if (c.norm) {
+    const std::vector<float> qn = widen(q_norm), kn = widen(k_norm);
+    layertap::cpu::rms_norm(q.data(), qn.data(), q.data(), T * c.hq, hd, eps);
+    layertap::cpu::rms_norm(k.data(), kn.data(), k.data(), T * c.hkv, hd, eps);
+  }
+  rope.apply(q.data(), c.hq, offsets);
+  rope.apply(k.data(), c.hkv, offsets);
+
+  Guarded<bf16_bits> d_qkv(T * row), d_qn(hd), d_kn(hd);
+  Guarded<std::int32_t> d_pos(T);
+  Guarded<float> d_freq(hd / 2);
+  d_qkv.upload(qkv);
+  d_qn.upload(q_norm);
+  d_kn.upload(k_norm);
+  d_pos.upload(pos);
+  d_freq.upload(rope.inv_freq());
+  layertap::kernels::qk_norm_rope(as_bf16(d_qkv.data()), d_pos.data(), d_freq.data(),
+                                  c.norm ? as_bf16(d_qn.data()) : nullptr, c.norm ? as_bf16(d_kn.data()) : nullptr,
+                                  eps, T, c.hq, c.hkv, hd, stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<bf16_bits> out = d_qkv.download();
+
+  // Rotated heads: got/ref/bound in (T, hq + hkv, hd) order; value heads: exact.
+  const double factor = (c.norm ? 3.0 : 1.0) * kBf16Unit + 1e-6;
+  const std::int64_t heads = c.hq + c.hkv, half = hd / 2;
+  std::vector<float> got, ref;
+  std::vector<double> bound;
+  std::int64_t v_changed = 0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* r = h < c.hq ? &q[std::size_t((t * c.hq + h) * hd)] : &k[std::size_t((t * c.hkv + h - c.hq) * hd)];
+      for (std::int64_t i = 0; i < hd; ++i) {
+        got.push_back(layertap::bf16_to_float(out[std::size_t(t * row + h * hd + i)]));
+        ref.push_back(r[i]);
+        const std::int64_t a = i % half;
+        bound.push_back(factor * std::hypot(double(r[a]), double(r[a + half])));
+      }
+    }
+    for (std::int64_t i = heads * hd; i < row; ++i) v_changed += out[std::size_t(t * row + i)] != qkv[std::size_t(t * row + i)];
+  }
+  const Comparison cmp = compare(got, ref, &bound);
+  char name[160];
+  std::snprintf(name, sizeof name, "T=%lld (%zu samples) hq=%lld hkv=%lld hd=%lld %s%s", (long long)T,
+                c.lengths.size(), (long long)c.hq, (long long)c.hkv, (long long)hd, c.rope_name.c_str(),
+                c.norm ? " +qk_norm" : "");
+  int fails = report(name, cmp, factor, d_qkv.guard_damage() + d_pos.guard_damage(), &got, &ref);
+  if (v_changed != 0) {
+    std::printf("     FAIL: %lld value-head elements changed\n", (long long)v_changed);
+    ++fails;
+  }
+  return fails;
+}
+
+int argument_checks() {
+  int fails = 0;
+  auto* p = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x1000));
+  auto* ip = reinterpret_cast<std::int32_t*>(std::uintptr_t(0x2000));
+  auto* fp = reinterpret_cast<float*>(std::uintptr_t(0x3000));
+  const auto expect_throw = [&](const char* what, auto&& f) {
+    try {
+      f();
+      std::printf("FAIL: %s did not throw\n", what);
+      ++fails;
+    } catch (const layertap::Error& e) {
+      std::printf("ok   %s throws: %s\n", what, e.what());
+    }
+  };
+  using layertap::kernels::qk_norm_rope;
+  expect_throw("odd head_dim", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 7, nullptr); });
+  expect_throw("q_norm without k_norm", [&] { qk_norm_rope(p, ip, fp, p, nullptr, 1e-6f, 4, 2, 2, 8, nullptr); });
+  expect_throw("no kv heads", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 0, 8, nullptr); });
+  return fails;
+}
+
+}  // namespace
+
+int main() {
+  int failures = argument_checks();
+  if (!layertap::gpu_test::gpu_visible()) return failures != 0 ? 1 : layertap::gpu_test::kSkip;
+  try {
+    cudaStream_t stream = nullptr;
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const std::vector<Case> cases = {
+        {{1, 7, 64, 33}, 6, 2, 12, false, default_rope(10000.0), "default"},         // fixture llama
+        {{19, 1, 61}, 4, 2, 14, false, llama3_rope(), "llama3"},                       // fixture llama3_rope
+        {{19, 1, 61}, 4, 2, 14, true, llama3_rope(), "llama3"},
+        {{5, 5, 5}, 8, 2, 10, false, default_rope(1e6), "default"},                    // fixture mistral
+        {{19, 1, 61, 7, 33}, 6, 2, 16, true, default_rope(1e6), "default"},            // fixture qwen3
+        {{300}, 3, 1, 2, true, default_rope(10000.0), "default"},                      // smallest head
+        {{100, 29}, 2, 2, 130, true, default_rope(10000.0), "default"},                // 65 pairs: 3 per lane
+        {{200, 57}, 32, 8, 128, false, llama3_rope(), "llama3"},                       // Llama-3-8B heads
+        {{200, 57}, 32, 8, 128, true, default_rope(1e6), "default"},                   // Qwen3-8B heads
+        {{16384}, 1, 1, 128, false, default_rope(500000.0), "default"},                // positions up to 16k
+        {{2, 3}, 2, 1, 256, true, default_rope(10000.0), "default"},
+    };
+    std::uint64_t seed = 8101;
+    for (const Case& c : cases) failures += run_case(c, seed++, stream);
+    LT_CUDA_CHECK(cudaStreamDestroy(stream));
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
+  return failures == 0 ? 0 : 1;
+}
