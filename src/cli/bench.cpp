@@ -190,7 +190,7 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
       out << bench_usage();
       return false;
     }
-    LT_CHECK(key.rfind("--", 0) == 0, "bench: unexpected argument '", key, "'\n", bench_usage());
+    LT_CHECK(key.rfind("--", 0) == 0, "bench: unexpected argument '", key, "' (see --help)");
     key = key.substr(2);
     if (const auto eq = key.find('='); eq != std::string::npos) {
       value = key.substr(eq + 1);
@@ -210,7 +210,7 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
     else if (key == "attention") o.attention = value;
     else if (key == "device") o.device = int(parse_int(key, value, 0));
     else if (key == "seed") o.seed = std::uint64_t(parse_int(key, value, 0));
-    else LT_FAIL("bench: unknown option --", key, "\n", bench_usage());
+    else LT_FAIL("bench: unknown option --", key, " (see --help)");
   }
   const ModelConfig c = synthetic_model_config(o.model);  // validates the name
   if (points > 0) o.capture = points_spec(points, c.num_layers);

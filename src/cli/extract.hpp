@@ -5,7 +5,9 @@
 
 namespace layertap {
 
-// Runs the whole job; throws layertap::Error on any failure (the output then has no manifest).
-void run_extract(const ExtractOptions& opts, const MpiEnv& mpi);
+// Runs the whole job and returns the exit code: 0, or kExitInterrupted after a graceful stop
+// (the manifest then says "complete": false and --resume continues). Throws layertap::Error on any
+// failure (the output then has no manifest).
+int run_extract(const ExtractOptions& opts, const MpiEnv& mpi);
 
 }  // namespace layertap

@@ -190,7 +190,7 @@ int inspect(const std::filesystem::path& dir, std::ostream& out) {
       << "\n";
   out << "model       " << e.architecture << ", " << text(model, "num_hidden_layers")
       << " layers, hidden " << e.hidden << ", vocab " << text(model, "vocab_size") << "\n";
-  out << "            " << text(model, "dir") << "\n";
+  out << "            dir " << text(model, "dir") << "\n";
   out << "            config sha256 " << short_hash(e.config_sha256) << "  weights "
       << short_hash(e.weights_fingerprint) << "\n";
   out << "dataset     " << text(dataset, "path") << "  (sha256 "

@@ -56,8 +56,7 @@ int run(int argc, char** argv, const layertap::MpiEnv& mpi) {
     if (layertap::parse_extract_options(rest, opts) == layertap::ParseOutcome::Exit) return 0;
     layertap::set_log_level(parse_level(opts.log_level));
     opts.command = quote_command(argc, argv);
-    layertap::run_extract(opts, mpi);
-    return 0;
+    return layertap::run_extract(opts, mpi);
   }
   if (args[0] == "inspect") {
     if (rest.size() == 1 && (rest[0] == "--help" || rest[0] == "-h")) {

@@ -30,6 +30,12 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
       ("shard-size-mib", po::value(&o.shard_size_mib)->default_value(o.shard_size_mib),
        "close a shard once it holds this many MiB of hidden states")
       ("overwrite", po::bool_switch(&o.overwrite), "replace the shards and manifest of an earlier run in --out")
+      ("resume", po::bool_switch(&o.resume),
+       "continue an interrupted run in --out (same options, model, dataset and world layout): complete "
+       "shards whose checksums match are kept, the rest is recomputed; starts fresh when --out holds no run")
+      ("on-nonfinite", po::value(&o.on_nonfinite)->default_value(o.on_nonfinite),
+       "a sample whose states hold NaN/Inf: 'fail' stops the job naming it, 'skip' leaves it out and "
+       "lists it in the manifest")
       ("progress-seconds", po::value(&o.progress_seconds)->default_value(o.progress_seconds),
        "seconds between progress lines on rank 0")
       ("log-level", po::value(&o.log_level)->default_value(o.log_level), "debug, info, warning or error");
@@ -75,13 +81,17 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
            "' (this build has: auto, cpu)");
   LT_CHECK(o.store_dtype == "bfloat16" || o.store_dtype == "float32", "--store-dtype must be bfloat16 or float32, got '",
            o.store_dtype, "'");
+  LT_CHECK(!(o.overwrite && o.resume), "--overwrite and --resume exclude each other");
+  LT_CHECK(o.on_nonfinite == "fail" || o.on_nonfinite == "skip", "--on-nonfinite must be fail or skip, got '",
+           o.on_nonfinite, "'");
   return ParseOutcome::Run;
 }
 
 std::string ExtractOptions::job_identity() const {
   return cat("model=", model, "\ndata=", data, "\nout=", out, "\ncapture=", capture, "\nbackend=", backend,
              "\ntp=", tp, "\nmax-batch-tokens=", max_batch_tokens, "\nstore-dtype=", store_dtype,
-             "\nshard-size-mib=", shard_size_mib, "\noverwrite=", overwrite, "\n");
+             "\nshard-size-mib=", shard_size_mib, "\noverwrite=", overwrite, "\nresume=", resume,
+             "\non-nonfinite=", on_nonfinite, "\n");
 }
 
 }  // namespace layertap

@@ -19,6 +19,8 @@ struct ExtractOptions {
   std::string store_dtype = "bfloat16";
   int64_t shard_size_mib = 2048;
   bool overwrite = false;
+  bool resume = false;           // continue an interrupted run in --out
+  std::string on_nonfinite = "fail";  // fail | skip: a sample with NaN/Inf states
   double progress_seconds = 30;
   std::string log_level = "info";
   std::string command;           // the command line as typed, for the manifest

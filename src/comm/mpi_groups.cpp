@@ -30,6 +30,11 @@ MPI_Comm split_tp(const WorldLayout& w) {
 
 MpiGroups::MpiGroups(const WorldLayout& w) : tp_(split_tp(w)), tp_comm_(tp_, w.tp_rank, w.tp) {}
 
+int64_t MpiGroups::broadcast_in_tp_group(int64_t value) {
+  LT_MPI_CHECK(MPI_Bcast(&value, 1, MPI_INT64_T, 0, tp_));
+  return value;
+}
+
 MpiGroups::~MpiGroups() {
   if (tp_ != MPI_COMM_NULL) MPI_Comm_free(&tp_);
 }
@@ -77,6 +82,19 @@ double max_over_ranks(double value) {
   double out = value;
   LT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   return out;
+}
+
+int64_t max_over_ranks(int64_t value) {
+  int64_t out = value;
+  LT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
+bool any_rank(bool value) { return max_over_ranks(int64_t(value)) != 0; }
+
+int64_t broadcast_from_world_root(int64_t value) {
+  LT_MPI_CHECK(MPI_Bcast(&value, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  return value;
 }
 
 }  // namespace layertap

@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ class MpiGroups {
   MpiGroups(const MpiGroups&) = delete;
   MpiGroups& operator=(const MpiGroups&) = delete;
   TpComm& tp() { return tp_comm_; }
+  // TP rank 0's `value`, on every rank of the group.
+  int64_t broadcast_in_tp_group(int64_t value);
 
  private:
   MPI_Comm tp_ = MPI_COMM_NULL;
@@ -50,5 +53,12 @@ void world_barrier();
 
 // Largest value over all ranks.
 double max_over_ranks(double value);
+int64_t max_over_ranks(int64_t value);
+
+// True on every rank when `value` is true on any rank.
+bool any_rank(bool value);
+
+// World rank 0's `value`, on every rank.
+int64_t broadcast_from_world_root(int64_t value);
 
 }  // namespace layertap

@@ -1,5 +1,7 @@
 #include "core/captured_batch.hpp"
 
+#include <cmath>
+
 #include "core/error.hpp"
 
 namespace layertap {
@@ -27,6 +29,58 @@ void CapturedBatch::validate(int64_t expected_points, int64_t expected_hidden,
   for (int64_t p = 0; p < num_points(); ++p)
     LT_CHECK(states[p].size() == bytes, "captured batch point ", p, " holds ", states[p].size(),
              " bytes, expected [", T, ", ", hidden, "] ", dtype_name(dtype), " = ", bytes);
+}
+
+namespace {
+bool is_finite_bf16(uint16_t b) { return (b & 0x7f80u) != 0x7f80u; }  // exponent not all ones
+}  // namespace
+
+std::vector<CapturedBatch::NonFinite> CapturedBatch::nonfinite_samples() const {
+  std::vector<NonFinite> bad;
+  for (int64_t s = 0; s < num_samples(); ++s) {
+    const std::size_t t0 = std::size_t(offsets[s] * hidden), t1 = std::size_t(offsets[s + 1] * hidden);
+    for (int64_t p = 0; p < num_points(); ++p) {
+      bool finite = true;
+      if (dtype == DType::BF16) {
+        const auto* v = reinterpret_cast<const uint16_t*>(states[p].data());
+        for (std::size_t i = t0; i < t1 && finite; ++i) finite = is_finite_bf16(v[i]);
+      } else {
+        const auto* v = reinterpret_cast<const float*>(states[p].data());
+        for (std::size_t i = t0; i < t1 && finite; ++i) finite = std::isfinite(v[i]);
+      }
+      if (!finite) {
+        bad.push_back({s, p});
+        break;
+      }
+    }
+  }
+  return bad;
+}
+
+void CapturedBatch::drop_samples(const std::vector<int64_t>& positions) {
+  if (positions.empty()) return;
+  const std::size_t row = std::size_t(hidden) * dtype_size(dtype);  // bytes of one token's state
+  CapturedBatch kept;
+  kept.hidden = hidden;
+  kept.dtype = dtype;
+  kept.states.resize(states.size());
+  kept.offsets.push_back(0);
+  std::size_t next = 0;
+  for (int64_t s = 0; s < num_samples(); ++s) {
+    if (next < positions.size() && positions[next] == s) {
+      ++next;
+      continue;
+    }
+    const int64_t t0 = offsets[s], t1 = offsets[s + 1];
+    kept.sample_index.push_back(sample_index[s]);
+    kept.input_ids.insert(kept.input_ids.end(), input_ids.begin() + t0, input_ids.begin() + t1);
+    kept.loss_mask.insert(kept.loss_mask.end(), loss_mask.begin() + t0, loss_mask.begin() + t1);
+    kept.offsets.push_back(kept.offsets.back() + (t1 - t0));
+    for (std::size_t p = 0; p < states.size(); ++p)
+      kept.states[p].insert(kept.states[p].end(), states[p].begin() + long(std::size_t(t0) * row),
+                            states[p].begin() + long(std::size_t(t1) * row));
+  }
+  *this = std::move(kept);
 }
 
 }  // namespace layertap

@@ -22,6 +22,16 @@ struct CapturedBatch {
   int64_t num_tokens() const { return int64_t(input_ids.size()); }
   int64_t num_points() const { return int64_t(states.size()); }
 
+  // Positions (0..S-1) of the samples with a NaN or Inf in any state, with the first bad point.
+  struct NonFinite {
+    int64_t sample;  // position in this batch
+    int64_t point;   // first capture point (0..P-1) holding a non-finite value
+  };
+  std::vector<NonFinite> nonfinite_samples() const;
+
+  // Removes the samples at the given positions (increasing) from every field.
+  void drop_samples(const std::vector<int64_t>& positions);
+
   // Throws an Error naming both sides on any mismatch: point count, hidden size, dtype, offsets
   // that are not increasing from 0 to T, mask length, byte sizes of each state tensor.
   void validate(int64_t expected_points, int64_t expected_hidden, DType expected_dtype) const;

@@ -3,7 +3,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 namespace layertap {
@@ -17,11 +16,18 @@ struct Spec {
 const Spec& spec() {
   static const Spec s = [] {
     Spec out;
-    if (const char* env = std::getenv("LAYERTAP_FAILPOINT")) {
-      const char* colon = std::strchr(env, ':');
-      out.name = colon ? std::string(env, colon) : std::string(env);
-      out.count = colon ? std::atol(colon + 1) : 1;
+    const char* env = std::getenv("LAYERTAP_FAILPOINT");
+    if (!env) return out;
+    std::string text = env;
+    if (const auto at = text.find('@'); at != std::string::npos) {
+      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+      if (!rank) rank = std::getenv("PMIX_RANK");
+      if (!rank || text.substr(at + 1) != rank) return out;  // armed on another rank
+      text.resize(at);
     }
+    const auto colon = text.find(':');
+    out.name = text.substr(0, colon);
+    out.count = colon == std::string::npos ? 1 : std::atol(text.c_str() + colon + 1);
     return out;
   }();
   return s;

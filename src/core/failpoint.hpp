@@ -1,6 +1,7 @@
-// Fault injection for the crash tests: LAYERTAP_FAILPOINT=<name>:<n> makes the n-th pass through
-// failpoint("<name>") kill the process with SIGKILL, as a node failure would. Unset in normal
-// runs, where a failpoint costs one branch on a cached flag.
+// Fault injection for the crash tests: LAYERTAP_FAILPOINT=<name>:<n>[@<rank>] makes the n-th pass
+// through failpoint("<name>") kill the process with SIGKILL, as a node failure would; with @rank
+// only on that MPI rank (OMPI_COMM_WORLD_RANK or PMIX_RANK). Unset in normal runs, where a
+// failpoint costs one string comparison against an empty name.
 #pragma once
 
 namespace layertap {

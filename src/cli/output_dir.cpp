@@ -1,0 +1,105 @@
+#include "cli/output_dir.hpp"
+
+#include <fstream>
+#include <regex>
+
+#include "core/digest.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "io/durable_file.hpp"
+#include "io/progress.hpp"
+
+namespace layertap::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool is_layertap_file(const fs::path& p) {
+  static const std::regex pattern(R"((manifest\.json|run\.json|shard.*\.h5(\.tmp)?|shard.*\.progress\.json)(\.tmp)?)");
+  return std::regex_match(p.filename().string(), pattern);
+}
+
+json read_json(const fs::path& file) {
+  std::ifstream in(file);
+  LT_CHECK(in, "cannot read '", file.string(), "'");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    LT_FAIL("'", file.string(), "' is malformed: ", e.what());
+  }
+}
+
+// Names every key whose value differs between the earlier run and this one.
+void check_same_run(const fs::path& dir, const json& before, const json& now) {
+  std::string diff;
+  for (auto& [key, value] : now.items())
+    if (!before.contains(key) || before[key] != value)
+      diff += cat("\n  ", key, ": earlier run ", before.contains(key) ? before[key].dump() : "(absent)", ", now ",
+                  value.dump());
+  LT_CHECK(diff.empty(), "cannot resume the run in '", dir.string(), "': it was made with different settings:", diff,
+           "\nresume with the earlier settings, or start over with --overwrite");
+}
+
+}  // namespace
+
+OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool overwrite, bool resume) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  LT_CHECK(!ec && fs::is_directory(dir), "cannot create output directory '", dir.string(), "': ", ec.message());
+  std::vector<fs::path> earlier;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (is_layertap_file(entry.path())) earlier.push_back(entry.path());
+  const fs::path probe = dir / ".layertap-write-test";
+  { std::ofstream(probe) << "ok"; }
+  LT_CHECK(fs::exists(probe) && fs::file_size(probe) == 2, "output directory '", dir.string(), "' is not writable");
+  fs::remove(probe);
+
+  if (!earlier.empty() && resume && fs::exists(dir / "run.json")) {
+    check_same_run(dir, read_json(dir / "run.json"), identity);
+    if (fs::exists(dir / "manifest.json")) {
+      if (read_json(dir / "manifest.json").value("complete", false)) return OutputState::AlreadyComplete;
+      fs::remove(dir / "manifest.json");  // it described the interrupted state; a new one comes at the end
+    }
+    return OutputState::Resume;
+  }
+  if (!earlier.empty()) {
+    LT_CHECK(overwrite || resume, "output directory '", dir.string(), "' already holds a run (",
+             earlier.front().filename().string(), ", ...); pass --resume to continue it, --overwrite to replace it, "
+             "or choose another --out");
+    LT_CHECK(overwrite, "output directory '", dir.string(), "' holds layertap files but no run.json, so it cannot be "
+             "resumed; pass --overwrite to replace them");
+    // The manifest goes first, so an interrupted clean-up never leaves a complete-looking run.
+    fs::remove(dir / "manifest.json");
+    for (const fs::path& p : earlier) fs::remove(p);
+  }
+  io::write_json_atomically(dir / "run.json", identity);
+  return OutputState::Fresh;
+}
+
+std::vector<io::ShardInfo> keep_verified_shards(const fs::path& dir, const std::string& stem) {
+  std::vector<io::ShardInfo> kept;
+  for (const io::ShardInfo& s : io::read_progress(dir, stem)) {
+    const fs::path file = dir / s.file;
+    const bool intact = fs::exists(file) && int64_t(fs::file_size(file)) == s.bytes && sha256_file(file.string()) == s.sha256;
+    if (!intact) {
+      log_warn("resume: shard ", file.string(), " is missing or changed since it was closed; it and the shards after it "
+               "are recomputed");
+      break;
+    }
+    kept.push_back(s);
+  }
+  const std::regex mine(stem + R"(-\d+\.h5(\.tmp)?)");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool is_kept = std::any_of(kept.begin(), kept.end(), [&](const io::ShardInfo& s) { return s.file == name; });
+    if (std::regex_match(name, mine) && !is_kept) {
+      log_info("resume: removing ", entry.path().string());
+      fs::remove(entry.path());
+    }
+  }
+  io::write_progress(dir, stem, kept);
+  return kept;
+}
+
+}  // namespace layertap::cli

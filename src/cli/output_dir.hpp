@@ -1,0 +1,31 @@
+// The output directory's life cycle: a fresh run, --overwrite, and --resume of an interrupted run.
+//   run.json                    written first (rank 0): what identifies the run for a resume
+//   <stem>.progress.json        per writer: the shards it has closed (io/progress.hpp)
+//   shard-*.h5                  complete shards; *.h5.tmp are unfinished and never trusted
+//   manifest.json               written last; "complete": false after a graceful stop
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/shard_writer.hpp"
+
+namespace layertap::cli {
+
+enum class OutputState { Fresh, Resume, AlreadyComplete };
+
+// World rank 0 only, before any shard is written. Creates the directory and proves it writable.
+// An earlier run in it is refused unless `overwrite` (its files are removed) or `resume`: then its
+// run.json must equal `identity` (the error names each key that differs) and an incomplete
+// manifest is removed. Writes run.json for a fresh run.
+OutputState prepare_output_dir(const std::filesystem::path& dir, const nlohmann::json& identity, bool overwrite,
+                               bool resume);
+
+// Writer only, on resume: the shards listed in the writer's progress record whose files still match
+// their size and SHA-256, in order, up to the first that does not. This writer's other shard and
+// temporary files are removed, so what follows is rewritten.
+std::vector<io::ShardInfo> keep_verified_shards(const std::filesystem::path& dir, const std::string& stem);
+
+}  // namespace layertap::cli
