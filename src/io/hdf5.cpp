@@ -1,5 +1,7 @@
 #include "io/hdf5.hpp"
 
+#include <mutex>
+
 #include <algorithm>
 #include <ostream>
 
@@ -75,6 +77,11 @@ int64_t attr_elements(hid_t attr, hid_t obj, const std::string& name) {
 }  // namespace
 
 void quiet_errors() {
+  // A file whose close failed (disk full) stays half-open inside HDF5, and the library's own
+  // clean-up at process exit then crashes on it. Every file layertap keeps is closed explicitly
+  // and an abandoned one is deleted, so that clean-up has nothing to do: skip it.
+  static std::once_flag no_atexit;
+  std::call_once(no_atexit, [] { H5dont_atexit(); });
   thread_local bool quiet = false;
   if (quiet) return;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);

@@ -54,7 +54,13 @@ void OutputWriter::throw_if_failed() const {
 void OutputWriter::fail(const std::exception& e) {
   {
     std::lock_guard lock(mutex_);
-    if (error_.empty()) error_ = cat("output writer (", dir_.string(), "): ", e.what());
+    if (error_.empty()) {
+      const std::string what = e.what();
+      const bool disk_full = what.find("No space left on device") != std::string::npos;
+      error_ = cat("output writer (", dir_.string(), "): ",
+                   disk_full ? "the disk is full; complete shards are kept: free space and rerun with --resume. " : "",
+                   what);
+    }
     queue_.clear();
   }
   changed_.notify_all();

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Crashes, signals and bad states: layertap loses nothing and says what it holds.
+
+- kill: SIGKILL (failpoints) on one rank or all, during a forward, during a shard write and
+  before the manifest; `--resume` must then give the same samples, tokens and states (float32
+  tolerance) as an uninterrupted run, with no sample lost or duplicated.
+- signals: SIGTERM and SIGUSR1 sent to one rank mid-run: exit code 75, an incomplete manifest,
+  and a resume that completes.
+- a resume with different settings is refused naming what differs; a fresh run into a used
+  directory is refused.
+- NaN/Inf states: the job fails naming the sample, or skips and lists it (--on-nonfinite skip).
+- disk full (size-limited tmpfs): a clear error, complete shards kept, resumable once space is freed.
+All runs are seeded and bounded in time.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ARGS = None
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
+COMMON = ["--store-dtype", "float32", "--max-batch-tokens", "512", "--shard-size-mib", "1"]
+
+
+def read_output(out):
+    manifest = json.loads((out / "manifest.json").read_text())
+    samples = []
+    for shard in manifest["shards"]:
+        with h5py.File(out / shard["file"], "r") as h:
+            off, hs = h["sample_offsets"][:], h["hidden_states"][:]
+            ids, mask = h["input_ids"][:], h["loss_mask"][:]
+            for s, idx in enumerate(h["sample_index"][:]):
+                samples.append((int(idx), ids[off[s]:off[s + 1]], mask[off[s]:off[s + 1]], hs[off[s]:off[s + 1]]))
+    return manifest, samples
+
+
+def write_dataset(path, n, seed, lo=60, hi=200, poison=None):
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            ids = [rng.randrange(150) for _ in range(rng.randint(lo, hi))]
+            if poison is not None and i == poison[0]:
+                ids[len(ids) // 2] = poison[1]
+            f.write(json.dumps({"id": f"s{i}", "input_ids": ids}) + "\n")
+
+
+class Resilience(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="layertap-resilience-"))
+        cls.fix = Path(ARGS.fixtures)
+        cls.model = cls.fix / "models" / "llama_tp"
+        cls.data = cls.tmp / "data.jsonl"
+        write_dataset(cls.data, 400, seed=5)
+        cls.reference = cls.tmp / "reference"
+        p = cls.run_job(1, cls.reference, [])
+        assert p.returncode == 0, p.stderr
+        cls.ref_manifest, cls.ref = read_output(cls.reference)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def command(cls, np_, out, extra, tp=1, data=None, model=None, capture="0,2,final", log_level="warning"):
+        return [ARGS.mpirun, "--oversubscribe", "-np", str(np_), "-x", "LAYERTAP_FAILPOINT", ARGS.layertap,
+                "extract", "--model", str(model or cls.model), "--data", str(data or cls.data), "--out", str(out),
+                "--tp", str(tp), "--capture", capture, "--log-level", log_level, *COMMON, *extra]
+
+    @classmethod
+    def run_job(cls, np_, out, extra, failpoint="", timeout=180, **kw):
+        env = dict(ENV, LAYERTAP_FAILPOINT=failpoint)
+        return subprocess.run(cls.command(np_, out, extra, **kw), capture_output=True, text=True, env=env,
+                              timeout=timeout)
+
+    def assert_same_as_reference(self, out):
+        manifest, got = read_output(out)
+        self.assertTrue(manifest["complete"])
+        self.assertEqual([g[0] for g in got], [r[0] for r in self.ref], "samples lost, duplicated or reordered")
+        for (idx, ids, mask, hs), (_, rids, rmask, rhs) in zip(got, self.ref):
+            np.testing.assert_array_equal(ids, rids)
+            np.testing.assert_array_equal(mask, rmask)
+            err = np.linalg.norm(hs.astype(np.float64) - rhs) / np.linalg.norm(rhs)
+            self.assertLessEqual(err, 1e-5, f"sample {idx}")
+        self.assertEqual(list(out.glob("*.tmp")), [])
+
+    def test_kill_and_resume(self):
+        cases = [("forward:7", 4, 2), ("forward:5@2", 4, 2), ("shard-write:6", 2, 1), ("shard-write:4@1", 2, 1),
+                 ("manifest:1", 2, 2)]
+        for failpoint, np_, tp in cases:
+            with self.subTest(failpoint=failpoint, np=np_, tp=tp):
+                out = self.tmp / f"kill-{failpoint.replace(':', '-').replace('@', '-r')}"
+                t0 = time.monotonic()
+                p = self.run_job(np_, out, [], tp=tp, failpoint=failpoint)
+                self.assertNotEqual(p.returncode, 0, "the failpoint did not fire")
+                self.assertFalse((out / "manifest.json").exists())
+                p = self.run_job(np_, out, ["--resume"], tp=tp)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assert_same_as_reference(out)
+                print(f"[resilience] SIGKILL at {failpoint} (np {np_}, tp {tp}): resumed and identical "
+                      f"in {time.monotonic() - t0:.1f} s")
+
+    def stop_with_signal(self, sig, out, rank_to_signal):
+        """Starts a long run, sends `sig` to one rank once it makes progress; returns the exit code."""
+        data = self.tmp / "long.jsonl"
+        if not data.exists():
+            write_dataset(data, 3000, seed=11)
+        cmd = self.command(2, out, ["--progress-seconds", "0.1", "--threads", "1"], data=data, log_level="info")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=dict(ENV, LAYERTAP_FAILPOINT=""))
+        log = []
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:
+            log.append(line)
+            if "progress" in line:
+                break
+            self.assertLess(time.monotonic(), deadline, "no progress line")
+        ranks = subprocess.run(["pgrep", "-f", f"^{ARGS.layertap} extract .*{out}"], capture_output=True,
+                               text=True).stdout.split()
+        self.assertEqual(len(ranks), 2, "expected two rank processes; log so far:\n" + "".join(log))
+        os.kill(int(sorted(ranks, key=int)[rank_to_signal]), sig)
+        sent = time.monotonic()
+        rest, _ = proc.communicate(timeout=120)
+        log.append(rest)
+        return proc.returncode, time.monotonic() - sent, "".join(log), data
+
+    def test_sigterm_and_sigusr1_stop_gracefully_and_resume(self):
+        for sig, rank in ((signal.SIGTERM, 1), (signal.SIGUSR1, 0)):
+            with self.subTest(signal=sig.name):
+                out = self.tmp / f"signal-{sig.name}"
+                code, seconds, log, data = self.stop_with_signal(sig, out, rank)
+                self.assertEqual(code, 75, log[-3000:])
+                manifest = json.loads((out / "manifest.json").read_text())
+                self.assertFalse(manifest["complete"])
+                self.assertLess(manifest["totals"]["samples"], 3000)
+                print(f"[resilience] {sig.name} to rank {rank}: exit 75 after {seconds:.2f} s, "
+                      f"{manifest['totals']['samples']} samples kept")
+                p = self.run_job(2, out, ["--resume"], data=data)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                final, samples = read_output(out)
+                self.assertTrue(final["complete"])
+                self.assertEqual([s[0] for s in samples], list(range(3000)))
+
+    def test_resume_with_different_settings_is_refused(self):
+        out = self.tmp / "refuse"
+        p = self.run_job(2, out, [], tp=1, failpoint="forward:4")
+        self.assertNotEqual(p.returncode, 0)
+        other_data = self.tmp / "other.jsonl"
+        write_dataset(other_data, 50, seed=99)
+        for kw, what in (({"capture": "0,final"}, "capture_point_ids"),
+                         ({"data": other_data}, "dataset_sha256"),
+                         ({"model": self.fix / "models" / "llama"}, "model_config_sha256"),
+                         ({"tp": 2}, "tp")):
+            with self.subTest(what=what):
+                p = self.run_job(2, out, ["--resume"], **kw)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn("cannot resume", p.stderr)
+                self.assertIn(what, p.stderr)
+        p = self.run_job(2, out, [])
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--resume", p.stderr)
+
+    def test_nonfinite_states_fail_or_are_skipped(self):
+        model = self.tmp / "nan-model"
+        shutil.copytree(self.model, model)
+        poison_token = 151  # ids in the datasets stay below 150; this row of the embedding becomes NaN
+        raw = bytearray((model / "model.safetensors").read_bytes())
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        t = header["model.embed_tokens.weight"]
+        hidden = t["shape"][1]
+        start = 8 + n + t["data_offsets"][0] + poison_token * hidden * 4
+        raw[start:start + hidden * 4] = np.full(hidden, np.nan, dtype=np.float32).tobytes()
+        (model / "model.safetensors").write_bytes(bytes(raw))
+        data = self.tmp / "poisoned.jsonl"
+        write_dataset(data, 12, seed=3, poison=(7, poison_token))
+
+        out = self.tmp / "nan-fail"
+        p = self.run_job(1, out, [], data=data, model=model)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("sample 's7' (index 7) has NaN/Inf states", p.stderr)
+        self.assertFalse((out / "manifest.json").exists())
+
+        out = self.tmp / "nan-skip"
+        p = self.run_job(2, out, ["--on-nonfinite", "skip"], data=data, model=model)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        manifest, samples = read_output(out)
+        self.assertEqual([s["index"] for s in manifest["skipped_samples"]], [7])
+        self.assertEqual([s[0] for s in samples], [i for i in range(12) if i != 7])
+        self.assertTrue(all(np.isfinite(s[3]).all() for s in samples))
+        v = subprocess.run([ARGS.layertap, "verify", out, "--samples", "-1", "--model", model], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
+    def test_disk_full_keeps_complete_shards_and_resumes(self):
+        mnt = self.tmp / "small-disk"
+        mnt.mkdir()
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True)
+        if mounted.returncode != 0:
+            self.skipTest(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+        try:
+            out = mnt / "out"
+            p = self.run_job(2, out, [])
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("the disk is full; complete shards are kept", p.stderr)
+            self.assertIn("No space left on device", p.stderr)
+            self.assertFalse((out / "manifest.json").exists())
+            kept = sorted(out.glob("shard-g*-*.h5"))
+            self.assertGreater(len(kept), 0, "complete shards must survive")
+            for f in kept:
+                with h5py.File(f, "r") as h:  # each kept shard is complete and readable
+                    self.assertEqual(h["sample_offsets"][-1], h["input_ids"].shape[0])
+            subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
+            p = self.run_job(2, out, ["--resume"])
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assert_same_as_reference(out)
+            print(f"[resilience] disk full: {len(kept)} complete shards kept, resumed after remount")
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)])
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layertap", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--fixtures", required=True)
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0], *rest])
+
+
+if __name__ == "__main__":
+    main()
