@@ -18,6 +18,7 @@
 #include "core/failpoint.hpp"
 #include "core/log.hpp"
 #include "core/stop_request.hpp"
+#include "core/text.hpp"
 #include "io/dataset.hpp"
 #include "io/durable_file.hpp"
 #include "io/output_writer.hpp"
@@ -61,18 +62,6 @@ std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %s", b, units[u]);
   return buf;
 }
 
@@ -166,9 +155,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   }
 
   // A writer keeps the complete shards of an interrupted run; its TP group continues after them.
-  char stem_buf[32];
-  std::snprintf(stem_buf, sizeof stem_buf, "shard-g%03d", world.dp_rank);
-  const std::string stem = world.dp > 1 ? stem_buf : "shard";
+  const std::string stem = world.dp > 1 ? "shard-g" + zero_pad(world.dp_rank, 3) : "shard";
   std::vector<io::ShardInfo> kept;
   json skipped = json::array();
   MpiGroups groups(world);
@@ -251,7 +238,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       const double rate = double(done_tokens) / seconds_since(t_loaded);
       log_info("progress (group 0 of ", world.dp, "): ", done + done_samples, "/", mine.size(), " samples, ",
                done_tokens, "/", my_tokens, " tokens, ", int64_t(rate), " tokens/s per group, ETA ",
-               int64_t(double(my_tokens - done_tokens) / rate), " s, written ", human_bytes(double(writer->bytes_written())));
+               int64_t(double(my_tokens - done_tokens) / rate), " s, written ", human_bytes(writer->bytes_written()));
     }
   }
   if (stopped && lead) log_warn("stop requested (", stop_signal_name()[0] ? stop_signal_name() : "on another rank",
@@ -322,7 +309,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   failpoint("manifest");  // crash tests: die with every shard written but no manifest
   io::write_json_atomically(out / "manifest.json", m);
   log_info(complete ? "done: " : "stopped, resumable with --resume: ", written_samples, " samples, ", written_tokens,
-           " tokens, ", shards.size(), " shards, ", human_bytes(double(bytes)), " in ", seconds, " s -> ", o.out);
+           " tokens, ", shards.size(), " shards, ", human_bytes(bytes), " in ", seconds, " s -> ", o.out);
   return stopped ? kExitInterrupted : 0;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "io/shard_reader.hpp"
 
 namespace layertap::cli {
@@ -46,22 +47,6 @@ class Table {
   std::vector<std::size_t> right_;
   std::vector<std::vector<std::string>> rows_;
 };
-
-std::string human_bytes(int64_t n) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = double(n);
-  std::size_t u = 0;
-  while (v >= 1024 && u + 1 < std::size(units)) {
-    v /= 1024;
-    ++u;
-  }
-  if (u == 0) return cat(n, " B");
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(1);
-  os << v << " " << units[u];
-  return os.str();
-}
 
 std::string short_hash(const std::string& h) { return h.size() > 16 ? h.substr(0, 16) : h; }
 

@@ -1,8 +1,11 @@
 #include "core/digest.hpp"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
+#include <unistd.h>
 
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "core/error.hpp"
@@ -46,15 +49,24 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LT_CHECK(in, "cannot open '", path, "' for checksumming");
+  // Plain read(2) into a large buffer: about twice the speed of an ifstream here, which matters
+  // because every shard is checksummed once written and again when verified or resumed.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  LT_CHECK(fd >= 0, "cannot open '", path, "' for checksumming: ", std::strerror(errno));
   Sha256 h;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    h.update(buf.data(), std::size_t(in.gcount()));
+  std::vector<char> buf(std::size_t(8) << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      LT_FAIL("read error while checksumming '", path, "': ", std::strerror(err));
+    }
+    h.update(buf.data(), std::size_t(n));
   }
-  LT_CHECK(in.eof(), "read error while checksumming '", path, "'");
+  ::close(fd);
   return h.hex();
 }
 

@@ -1,6 +1,7 @@
 #include "io/output_writer.hpp"
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "io/hdf5.hpp"
 #include "io/progress.hpp"
 
@@ -9,9 +10,7 @@ namespace {
 
 // "<stem>-NNNNN.h5", the number zero-padded to five digits (wider past 99999).
 std::string shard_name(const std::string& stem, std::size_t index) {
-  std::string number = std::to_string(index);
-  if (number.size() < 5) number.insert(0, 5 - number.size(), '0');
-  return cat(stem, "-", number, ".h5");
+  return cat(stem, "-", zero_pad(int64_t(index), 5), ".h5");
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+#include "core/text.hpp"
+
+#include <iterator>
+#include <sstream>
+
+namespace layertap {
+
+std::string human_bytes(int64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = double(bytes);
+  std::size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(units)) {
+    v /= 1024;
+    ++u;
+  }
+  if (u == 0) return std::to_string(bytes) + " B";
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << v << " " << units[u];
+  return os.str();
+}
+
+std::string zero_pad(int64_t value, int width) {
+  std::string digits = std::to_string(value);
+  if (int(digits.size()) < width) digits.insert(0, std::size_t(width) - digits.size(), '0');
+  return digits;
+}
+
+}  // namespace layertap
