@@ -111,6 +111,22 @@ class Distributed(unittest.TestCase):
         self.assertIn("ranks disagree on the options", p.stderr)
         self.assertFalse((out / "manifest.json").exists())
 
+    def test_ranks_with_different_models_at_the_same_path_are_refused(self):
+        # Same options on every rank, but each rank's working directory holds a different model
+        # under the same name (as nodes with different local copies would): the fingerprint tells.
+        for name, model in (("a", "llama_tp"), ("b", "llama")):
+            d = self.tmp / name
+            shutil.copytree(self.fix / "models" / model, d / "model")
+            shutil.copy(self.fix / "data" / "golden.jsonl", d / "data.jsonl")
+        out = self.tmp / "mixed-models"
+        app = [ARGS.layertap, "extract", "--model", "model", "--data", "data.jsonl", "--out", str(out)]
+        cmd = [ARGS.mpirun, "--oversubscribe", "-np", "1", "-wdir", str(self.tmp / "a"), *app, ":",
+               "-np", "1", "-wdir", str(self.tmp / "b"), *app]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("ranks disagree on the model weights", p.stderr)
+        self.assertFalse((out / "manifest.json").exists())
+
 
 def main():
     global ARGS
