@@ -3,8 +3,6 @@
 // compared, with all samples packed in one batch and with one sample per batch.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
 #include <filesystem>
 
 #include "backend/cpu/cpu_backend.hpp"
@@ -14,45 +12,13 @@
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
+#include "fixture_reference.hpp"
 
 namespace layertap {
 namespace {
 
 namespace fs = std::filesystem;
 constexpr double kMaxRelError = 1e-5;  // relative Frobenius error per (sample, point)
-
-struct Reference {
-  std::vector<std::vector<int32_t>> tokens;   // [S][T_s]
-  std::vector<std::vector<float>> states;     // [S][(L+2) * T_s * H]
-};
-
-Reference load_reference(const std::string& path, int64_t L, int64_t H) {
-  Checkpoint ref({path});
-  Reference r;
-  for (int s = 0;; ++s) {
-    const std::string ids_name = cat("sample", s, ".input_ids");
-    if (!ref.has(ids_name)) break;
-    const TensorInfo& ids = ref.info(ids_name);
-    EXPECT_EQ(ids.dtype, DType::I32);
-    const int64_t T = ids.shape.at(0);
-    std::vector<int32_t> tok(static_cast<std::size_t>(T));
-    std::memcpy(tok.data(), ids.data, tok.size() * sizeof(int32_t));
-    r.tokens.push_back(std::move(tok));
-    r.states.push_back(ref.read(cat("sample", s, ".states"), {L + 2, T, H}));
-  }
-  return r;
-}
-
-double rel_error(const float* got, const float* want, std::size_t n) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double d = double(got[i]) - double(want[i]);
-    num += d * d;
-    den += double(want[i]) * double(want[i]);
-  }
-  return std::sqrt(num / den);
-}
 
 class Golden : public ::testing::TestWithParam<std::string> {};
 
@@ -63,8 +29,7 @@ TEST_P(Golden, EveryPointOfEverySampleMatchesTransformers) {
   SoloComm comm;
   CpuBackend backend(cfg, load_weights(ckpt, cfg, {}), comm);
   const int64_t L = cfg.num_layers, H = cfg.hidden_size;
-  const Reference ref = load_reference((dir / "reference.safetensors").string(), L, H);
-  ASSERT_GE(ref.tokens.size(), 2u);
+  const test::FixtureReference ref = test::load_fixture_reference((dir / "reference.safetensors").string(), L, H);
 
   // All points 0..L, then final (id L+1): point p has id p.
   std::string request;
@@ -86,8 +51,8 @@ TEST_P(Golden, EveryPointOfEverySampleMatchesTransformers) {
       for (std::size_t i = 0; i < samples.size(); ++i) {
         const std::size_t s = samples[i];
         const int64_t T = int64_t(ref.tokens[s].size());
-        const float* want = ref.states[s].data() + std::size_t(plan.points[p].id * T * H);
-        const double err = rel_error(got + batch.offsets[i] * H, want, std::size_t(T * H));
+        const double err = test::relative_error(got + batch.offsets[i] * H, ref.state(s, plan.points[p].id, H),
+                                                std::size_t(T * H));
         worst = std::max(worst, err);
         EXPECT_LE(err, kMaxRelError) << GetParam() << " " << mode << ": sample " << s << ", point "
                                      << plan.points[p].spec << " (" << plan.meaning(p) << ")";

@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
+#include "fixture_reference.hpp"
 
 namespace fs = std::filesystem;
 using namespace layertap;
@@ -38,15 +39,12 @@ int check_model(const fs::path& dir, const WorldLayout& world, MpiGroups& groups
   }
   const Checkpoint ckpt(checkpoint_files(dir.string()));
   CpuBackend backend(cfg, load_weights(ckpt, cfg, shard), groups.tp());
-  const Checkpoint ref({(dir / "reference.safetensors").string()});
   const int64_t L = cfg.num_layers, H = cfg.hidden_size;
+  const test::FixtureReference ref = test::load_fixture_reference((dir / "reference.safetensors").string(), L, H);
   PackedBatch batch;
   batch.offsets.push_back(0);
-  int samples = 0;
-  for (; ref.has(cat("sample", samples, ".input_ids")); ++samples) {
-    const TensorInfo& ids = ref.info(cat("sample", samples, ".input_ids"));
-    const auto* p = reinterpret_cast<const int32_t*>(ids.data);
-    batch.tokens.insert(batch.tokens.end(), p, p + ids.shape[0]);
+  for (const auto& tokens : ref.tokens) {
+    batch.tokens.insert(batch.tokens.end(), tokens.begin(), tokens.end());
     batch.offsets.push_back(batch.num_tokens());
   }
   std::string request;
@@ -55,23 +53,15 @@ int check_model(const fs::path& dir, const WorldLayout& world, MpiGroups& groups
   const auto states = backend.forward(batch, plan, DType::F32);
   if (!world.is_writer()) return states.empty() ? 0 : 1;  // only TP rank 0 captures
   int errors = 0;
-  for (int s = 0; s < samples; ++s) {
-    const int64_t T = batch.offsets[s + 1] - batch.offsets[s];
-    const std::vector<float> want = ref.read(cat("sample", s, ".states"), {L + 2, T, H});
+  for (std::size_t s = 0; s < ref.tokens.size(); ++s) {
+    const int64_t T = int64_t(ref.tokens[s].size());
     for (std::size_t p = 0; p < plan.points.size(); ++p) {
       const float* got = reinterpret_cast<const float*>(states[p].data()) + batch.offsets[s] * H;
-      const float* w = want.data() + plan.points[p].id * T * H;
-      double num = 0, den = 0;
-      for (int64_t i = 0; i < T * H; ++i) {
-        const double d = double(got[i]) - w[i];
-        num += std::isfinite(got[i]) ? d * d : INFINITY;
-        den += double(w[i]) * w[i];
-      }
-      const double err = std::sqrt(num / den);
+      const double err = test::relative_error(got, ref.state(s, plan.points[p].id, H), std::size_t(T * H));
       worst = std::max(worst, err);
       if (!(err <= kMaxRelError)) {
         ++errors;
-        std::printf("[tp-golden] rank %d: %s sample %d point %s: relative error %.3g\n", world.world_rank,
+        std::printf("[tp-golden] rank %d: %s sample %zu point %s: relative error %.3g\n", world.world_rank,
                     dir.filename().c_str(), s, plan.points[p].spec.c_str(), err);
       }
     }
