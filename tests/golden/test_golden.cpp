@@ -70,7 +70,7 @@ TEST_P(Golden, EveryPointOfEverySampleMatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
-                         ::testing::Values("llama", "llama3_rope", "mistral", "qwen2", "qwen3"),
+                         ::testing::Values("llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
