@@ -9,7 +9,8 @@
 #include <numeric>
 #include <optional>
 
-#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/ops.hpp"
+#include "cli/backend_choice.hpp"
 #include "cli/output_dir.hpp"
 #include "comm/mpi_groups.hpp"
 #include "comm/sharding.hpp"
@@ -124,6 +125,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const bool lead = world.world_rank == 0;  // logs progress, prepares --out, writes the manifest
   cpu::set_num_threads(o.threads);
   check_same_on_all_ranks("options", o.job_identity());
+  const std::string backend_name = resolve_backend(o.backend);
 
   // Everything a user can get wrong is checked before the weights are read.
   const fs::path out(o.out);
@@ -183,7 +185,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       points += cat(p ? ", " : "", plan.points[p].spec, " (", plan.meaning(p), ")");
     log_info("capture '", o.capture, "' -> ", points);
   }
-  CpuBackend backend(cfg, load_weights(ckpt, cfg, shard), groups.tp());
+  const std::unique_ptr<Backend> backend =
+      make_backend(backend_name, cfg, ckpt, shard, groups, o.max_batch_tokens, int64_t(plan.points.size()));
   const auto t_loaded = Clock::now();
   if (lead) log_info("weights loaded in ", seconds_since(t_start), " s");
 
@@ -212,7 +215,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       cb.loss_mask.insert(cb.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
     }
     failpoint("forward");  // crash tests: die in the middle of the job
-    cb.states = backend.forward(pb, plan, meta.dtype);
+    cb.states = backend->forward(pb, plan, meta.dtype);
     done_samples += pb.num_samples();
     done_tokens += pb.num_tokens();
     if (writer) {
@@ -297,7 +300,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   m["run"] = {{"command", o.command},
               {"layertap_version", LAYERTAP_VERSION},
               {"created", utc_now()},
-              {"backend", backend.name()},
+              {"backend", backend->name()},
               {"world_size", world.world_size},
               {"tp", world.tp},
               {"dp", world.dp},

@@ -8,6 +8,9 @@
 #include "cli/extract.hpp"
 #include "cli/inspect.hpp"
 #include "cli/verify.hpp"
+#ifdef LAYERTAP_HAVE_CUDA
+#include "cli/bench.hpp"
+#endif
 #include "comm/mpi_env.hpp"
 #include "core/log.hpp"
 
@@ -18,9 +21,10 @@ constexpr const char* kUsage =
     "Commands:\n"
     "  extract   run a model over a tokenized dataset and write hidden states to HDF5 shards\n"
     "  inspect   summarise an output directory: samples, tokens, capture points, model, shards\n"
-    "  verify    check an output against its manifest and recompute samples with the model\n\n"
+    "  verify    check an output against its manifest and recompute samples with the model\n"
+    "  bench     GPU throughput of a synthetic model (CUDA builds): tokens/s with and without capture\n\n"
     "Run 'layertap <command> --help' for a command's options. 'layertap --version' prints the version.\n"
-    "Launch one rank per process: 'layertap extract ...' or 'mpirun -np 1 layertap extract ...'.\n";
+    "One process per rank: 'layertap extract ...' alone, or 'mpirun -np N layertap extract --tp T ...'.\n";
 
 std::string quote_command(int argc, char** argv) {
   std::string out;
@@ -71,6 +75,13 @@ int run(int argc, char** argv, const layertap::MpiEnv& mpi) {
     layertap::cli::VerifyOptions opts;
     if (!layertap::cli::parse_verify_options(rest, opts, std::cout)) return 0;
     return layertap::cli::run_verify(opts, std::cout);
+  }
+  if (args[0] == "bench") {
+#ifdef LAYERTAP_HAVE_CUDA
+    return layertap::bench_main(rest, std::cout);
+#else
+    LT_FAIL("layertap bench needs a CUDA build (configure with nvcc on PATH)");
+#endif
   }
   LT_FAIL("unknown command '", args[0], "'\n", kUsage);
 }

@@ -19,7 +19,9 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
       ("capture", po::value(&o.capture)->default_value(o.capture),
        "capture points: comma-separated layer inputs 0..L-1, 'last' (= L, last layer output before the "
        "final norm), 'final' (after the final norm), or the preset 'eagle3' (= 2, L/2, L-3, final)")
-      ("backend", po::value(&o.backend)->default_value(o.backend), "compute backend: auto or cpu")
+      ("backend", po::value(&o.backend)->default_value(o.backend),
+       "compute backend: cpu (float32), cuda (bf16, one GPU per rank by local rank), or auto (cuda when "
+       "every rank sees a GPU and the build has CUDA, else cpu)")
       ("tp", po::value(&o.tp)->default_value(o.tp),
        "tensor-parallel size: ranks per model replica (consecutive ranks); the world size must be a multiple")
       ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens),
@@ -77,8 +79,8 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   LT_CHECK(o.threads >= 0, "--threads must be 0 or positive, got ", o.threads);
   LT_CHECK(o.shard_size_mib > 0, "--shard-size-mib must be positive, got ", o.shard_size_mib);
   LT_CHECK(o.progress_seconds > 0, "--progress-seconds must be positive");
-  LT_CHECK(o.backend == "auto" || o.backend == "cpu", "unknown --backend '", o.backend,
-           "' (this build has: auto, cpu)");
+  LT_CHECK(o.backend == "auto" || o.backend == "cpu" || o.backend == "cuda", "unknown --backend '", o.backend,
+           "' (auto, cpu or cuda)");
   LT_CHECK(o.store_dtype == "bfloat16" || o.store_dtype == "float32", "--store-dtype must be bfloat16 or float32, got '",
            o.store_dtype, "'");
   LT_CHECK(!(o.overwrite && o.resume), "--overwrite and --resume exclude each other");

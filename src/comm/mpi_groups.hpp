@@ -33,6 +33,7 @@ class MpiGroups {
   MpiGroups(const MpiGroups&) = delete;
   MpiGroups& operator=(const MpiGroups&) = delete;
   TpComm& tp() { return tp_comm_; }
+  MPI_Comm tp_mpi() const { return tp_; }  // for transports that bootstrap over MPI (NCCL)
   // TP rank 0's `value`, on every rank of the group.
   int64_t broadcast_in_tp_group(int64_t value);
 

@@ -161,6 +161,10 @@ class Extract(unittest.TestCase):
         self.assertEqual([p["id"] for p in manifest["capture"]["points"]], [2, 5])
         self.assertEqual(manifest["storage_dtype"], "float32")
 
+    def test_cuda_backend_without_a_gpu_is_a_clear_error(self):
+        p = self.expect_failure("--backend cuda", "--backend", "cuda")
+        self.assertRegex(p.stderr, "no GPU|no CUDA")
+
     def test_help_and_version(self):
         self.assertIn("--max-batch-tokens", self.run_layertap("extract", "--help").stdout)
         self.assertIn("layertap", self.run_layertap("--version").stdout)

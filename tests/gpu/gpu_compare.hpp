@@ -37,6 +37,7 @@ class Guarded {
     LT_CUDA_CHECK(cudaMalloc(&p, bytes_total()));
     base_ = static_cast<T*>(p);
     LT_CUDA_CHECK(cudaMemset(base_, kSentinel, bytes_total()));
+    LT_CUDA_CHECK(cudaDeviceSynchronize());  // the kernels run on non-blocking streams
   }
   Guarded(const Guarded&) = delete;
   Guarded& operator=(const Guarded&) = delete;
@@ -47,6 +48,9 @@ class Guarded {
   void upload(const std::vector<T>& v) const {
     LT_CHECK(std::int64_t(v.size()) == n_, "upload of ", v.size(), " elements into ", n_);
     LT_CUDA_CHECK(cudaMemcpy(data(), v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice));
+    // A pageable-memory cudaMemcpy may return before its DMA lands, and the kernels under test run
+    // on non-blocking streams that do not wait for the legacy stream.
+    LT_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<T> download() const {
     std::vector<T> v(static_cast<std::size_t>(n_));
@@ -143,7 +147,8 @@ inline int report(const std::string& name, const Comparison& c, double norm_tol,
               c.norm_err, norm_tol, c.max_abs, why.c_str());
   if (fails != 0 && c.first_over >= 0 && got != nullptr && ref != nullptr) {
     const std::size_t i = std::size_t(c.first_over);
-    std::printf("     first element over its bound: [%zu] got %.8g ref %.8g\n", i, double((*got)[i]), double((*ref)[i]));
+    std::printf("     first element over its bound: [%zu] got %.8g ref %.8g\n", i, double((*got)[i]),
+                double((*ref)[i]));
   }
   return fails;
 }

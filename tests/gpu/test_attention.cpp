@@ -2,13 +2,17 @@
 // (widened) bf16 q/k/v: packed batches with samples of 1..300 tokens (sizes on and off the flash
 // tile of 64), GQA group sizes 1..8, sliding windows, head_dim 8..256. Exit 77 without a GPU.
 //
-// Tolerance, a bound per element (v_max = the largest |v| of the batch):
-//   reference: the only bf16 rounding is the output's, <= 2^-9 |ref|; float32 summation order
-//              adds <= 1e-5 v_max. Bound 2^-9 |ref| + 1e-5 v_max.
-//   flash:     also rounds each probability p_j to bf16 before the product with V (relative
-//              2^-9 each) while the denominator sums them unrounded, which moves the output by at
-//              most 2^-9 sum_j p_j |v_j| / sum_j p_j <= 2^-9 v_max. Bound 2^-9 |ref| + (2^-9 + 1e-5) v_max.
-// The normalized error must stay under the same factors (2^-9 and 2 * 2^-9 plus 1e-5).
+// Tolerance, per element, with u = 2^-9 the unit roundoff of bf16 and v_max the largest |v|:
+//   reference: the only bf16 rounding is the output's, <= u |ref|. Both it and the CPU reference
+//              compute the scores in float32 in different orders: an error d in a score moves the
+//              output by at most 2 d v_max, and d is ~sqrt(hd) 2^-24 sum|q k| / sqrt(hd) ~ 1e-5 for
+//              these inputs (q, k ~ N(0, 1.3^2), hd <= 256; worst case hd 2^-24 ... ~2.6e-4):
+//              we allow 2e-4 v_max for all float32 effects. Bound u |ref| + 2e-4 v_max.
+//   flash:     also rounds each probability p_j to bf16 before the product with V (relative u
+//              each) while the denominator sums them unrounded, which moves the output by at
+//              most u sum_j p_j |v_j| / sum_j p_j <= u v_max. Bound u |ref| + (u + 2e-4) v_max.
+// The normalized error is held to u + 2e-4 (reference) and 2u + 2e-4 (flash). A mask off by one
+// key moves outputs by ~v_max / n (> 3e-3 v_max for the n <= 300 keys here): far outside.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -86,11 +90,12 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
     }
     LT_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> got = widen(d_ctx.download());
-    const double abs_part = (flash ? kBf16Unit : 0.0) * v_max + 1e-5 * v_max;
+    const double abs_part = (flash ? kBf16Unit : 0.0) * v_max + 2e-4 * v_max;
     std::vector<double> bound(ref.size());
     for (std::size_t i = 0; i < ref.size(); ++i) bound[i] = kBf16Unit * std::fabs(double(ref[i])) + abs_part;
-    const double norm_tol = (flash ? 2.0 : 1.0) * kBf16Unit + 1e-5;
-    const std::int64_t damage = d_ctx.guard_damage() + d_qkv.guard_damage() + d_pos.guard_damage() + d_tiles.guard_damage();
+    const double norm_tol = (flash ? 2.0 : 1.0) * kBf16Unit + 2e-4;
+    const std::int64_t damage =
+        d_ctx.guard_damage() + d_qkv.guard_damage() + d_pos.guard_damage() + d_tiles.guard_damage();
     fails += report(name, compare(got, ref, &bound), norm_tol, damage, &got, &ref);
   }
   return fails;

@@ -44,7 +44,8 @@ void shapes_and_memory() {
   const ModelConfig c = synthetic_model_config("llama3-8b");
   const cuda::LocalShape s1 = cuda::LocalShape::of(c, {0, 1});
   // Per layer: q/k/v 6144 x 4096, o 4096 x 4096, gate/up/down 3 x 14336 x 4096.
-  check(s1.layer_matmul_params() == 6979321856, cat("llama3-8b matmul params ", s1.layer_matmul_params(), " = 6979321856"));
+  check(s1.layer_matmul_params() == 6979321856,
+        cat("llama3-8b matmul params ", s1.layer_matmul_params(), " = 6979321856"));
   const cuda::LocalShape s8 = cuda::LocalShape::of(c, {3, 8});
   check(s8.heads == 4 && s8.kv_heads == 1 && s8.inter == 1792 && s8.qkv_dim() == 768,
         "tp 8: 4 query heads, 1 kv head, intermediate 1792 per rank");
@@ -75,7 +76,8 @@ void shapes_and_memory() {
     fits = false;
   }
   check(fits, "llama3-8b with 16384-token batches fits in 20 GiB");
-  check_throws("llama3-8b in 15 GiB", [&] { cuda::check_fits(p, 15 * gib, "a 15 GiB GPU", o); }, "tokens per batch would fit");
+  check_throws("llama3-8b in 15 GiB", [&] { cuda::check_fits(p, 15 * gib, "a 15 GiB GPU", o); },
+               "tokens per batch would fit");
   check_throws("llama3-8b in 10 GiB", [&] { cuda::check_fits(p, 10 * gib, "a 10 GiB GPU", o); },
                "even the weights alone do not fit");
   try {
@@ -91,20 +93,27 @@ void shapes_and_memory() {
 void bench_options() {
   std::ostringstream out;
   BenchOptions o;
-  check(parse_bench_options({"--synthetic", "llama3-8b", "--tokens", "8192,16384", "--points", "4", "--iters=3"}, o, out) &&
-            o.tokens == std::vector<int64_t>{8192, 16384} && o.capture == "eagle3" && o.iters == 3,
+  const bool parsed =
+      parse_bench_options({"--synthetic", "llama3-8b", "--tokens", "8192,16384", "--points", "4", "--iters=3"}, o, out);
+  check(parsed && o.tokens == std::vector<int64_t>{8192, 16384} && o.capture == "eagle3" && o.iters == 3,
         "bench: --tokens 8192,16384 --points 4 --iters=3");
   BenchOptions three;
-  check(parse_bench_options({"--points", "3"}, three, out) && three.capture == "10,21,final",
-        "bench: --points 3 on 32 layers = 10,21,final, got '" + three.capture + "'");
+  const bool three_ok = parse_bench_options({"--points", "3"}, three, out);
+  check(three_ok && three.capture == "10,21,final", "bench: --points 3 on 32 layers: '" + three.capture + "'");
   BenchOptions help;
   check(!parse_bench_options({"--help"}, help, out) && out.str().find("--synthetic") != std::string::npos,
         "bench: --help prints the usage");
-  BenchOptions bad;
-  check_throws("bench: unknown option", [&] { parse_bench_options({"--nope", "1"}, bad, out); }, "unknown option --nope");
-  check_throws("bench: bad token list", [&] { parse_bench_options({"--tokens", "8k"}, bad, out); }, "--tokens");
-  check_throws("bench: unknown model", [&] { parse_bench_options({"--synthetic", "gpt2"}, bad, out); }, "llama3-8b");
-  check_throws("bench: bad attention", [&] { parse_bench_options({"--attention", "fast"}, bad, out); }, "reference");
+  const auto parse_fresh = [&](const std::vector<std::string>& args) {
+    BenchOptions fresh;
+    (void)parse_bench_options(args, fresh, out);
+  };
+  check_throws("bench: unknown option", [&] { parse_fresh({"--nope", "1"}); }, "unknown option --nope");
+  check_throws("bench: bad token list", [&] { parse_fresh({"--tokens", "8k"}); }, "--tokens");
+  check_throws("bench: unknown model", [&] { parse_fresh({"--synthetic", "gpt2"}); }, "llama3-8b");
+  check_throws("bench: bad attention", [&] { parse_fresh({"--attention", "fast"}); }, "reference");
+  BenchOptions nine;
+  const bool nine_ok = parse_bench_options({"--synthetic", "tiny", "--points", "9"}, nine, out);
+  check(nine_ok && nine.capture == "0,1,2,3,4,5,6,7,final", "bench: --points 9 on 8 layers: '" + nine.capture + "'");
   const ModelConfig q = synthetic_model_config("qwen3-8b");
   check(q.qk_norm && q.num_layers == 36 && q.head_dim == 128 && q.intermediate_size == 12288, "qwen3-8b shape");
   const ModelConfig l = synthetic_model_config("llama3-8b");

@@ -50,8 +50,8 @@ int run_case(std::int64_t T, std::int64_t H, std::int64_t V, const std::vector<s
   const bool pass = wrong == 0 && got_bad == expected_bad && damage == 0;
   std::printf("%s T=%-5lld H=%-5lld V=%-6lld bad=%zu: %lld elements differ (exact copy required), flag %d "
               "(expected %d), guard damage %lld\n",
-              pass ? "ok  " : "FAIL", (long long)T, (long long)H, (long long)V, bad_at.size(), (long long)wrong, got_bad,
-              expected_bad, (long long)damage);
+              pass ? "ok  " : "FAIL", (long long)T, (long long)H, (long long)V, bad_at.size(), (long long)wrong,
+              got_bad, expected_bad, (long long)damage);
   return pass ? 0 : 1;
 }
 

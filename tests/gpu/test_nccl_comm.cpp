@@ -29,6 +29,7 @@ std::int64_t run(int rank, int size) {
     for (std::int64_t i = 0; i < n; ++i) host[std::size_t(i)] = layertap::float_to_bf16(value(rank, i));
     layertap::cuda::DeviceMemory dev(std::size_t(n) * 2);
     LT_CUDA_CHECK(cudaMemcpy(dev.data(), host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+    LT_CUDA_CHECK(cudaDeviceSynchronize());  // the pageable copy has landed before NCCL's stream reads it
     comm.all_reduce_sum_bf16(dev.data(), n, stream.get());
     LT_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
     comm.check_async_error();  // healthy: must not throw

@@ -50,8 +50,8 @@ int run_case(std::int64_t n, std::uint64_t seed, float offset, float scale, cuda
   const std::int64_t damage = d.guard_damage();
   const bool ok = differ == 0 && damage == 0;
   std::printf("%s n=%-9lld seed=%llu offset=%g scale=%g: %lld values differ from the host formula, guard damage %lld\n",
-              ok ? "ok  " : "FAIL", (long long)n, (unsigned long long)seed, double(offset), double(scale), (long long)differ,
-              (long long)damage);
+              ok ? "ok  " : "FAIL", (long long)n, (unsigned long long)seed, double(offset), double(scale),
+              (long long)differ, (long long)damage);
   return ok ? 0 : 1;
 }
 
@@ -63,7 +63,8 @@ int main() {
   try {
     cudaStream_t stream = nullptr;
     LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    for (const std::int64_t n : {1, 255, 256, 257, 100003, (std::int64_t(1) << 24) + 7})  // past the grid-stride point
+    // Around the block size, and past the 2^16-block grid where the grid-stride loop takes over.
+    for (const std::int64_t n : std::vector<std::int64_t>{1, 255, 256, 257, 100003, (std::int64_t(1) << 24) + 7})
       failures += run_case(n, 1234, 0.0f, 0.0625f, stream);
     failures += run_case(4096, 99, 1.0f, 0.1f, stream);  // norm weights
     LT_CUDA_CHECK(cudaStreamDestroy(stream));

@@ -94,6 +94,7 @@ struct DeviceBuffer {
     base = static_cast<bf16_bits*>(p);
     const std::vector<bf16_bits> fill(std::size_t(n + 2 * guard), kSentinel);
     LT_CUDA_CHECK(cudaMemcpy(base, fill.data(), sizeof(bf16_bits) * fill.size(), cudaMemcpyHostToDevice));
+    LT_CUDA_CHECK(cudaDeviceSynchronize());  // see upload()
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -101,6 +102,9 @@ struct DeviceBuffer {
   __nv_bfloat16* data() const { return reinterpret_cast<__nv_bfloat16*>(base + guard); }
   void upload(const std::vector<bf16_bits>& v) const {
     LT_CUDA_CHECK(cudaMemcpy(data(), v.data(), sizeof(bf16_bits) * v.size(), cudaMemcpyHostToDevice));
+    // A pageable-memory cudaMemcpy may return before its DMA lands, and the kernel runs on a
+    // non-blocking stream that does not wait for the legacy stream.
+    LT_CUDA_CHECK(cudaDeviceSynchronize());
   }
   // Whole buffer, guards included.
   std::vector<bf16_bits> download_all() const {

@@ -85,7 +85,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
   gemm_ = std::make_unique<Gemm>(ws_->gemm, Gemm::kWorkspaceBytes);
   stager_ = std::make_unique<CaptureStager>(options_.max_capture_points, options_.max_batch_tokens, shape_.hidden,
                                             ws_->snapshots, ws_->host_states);
-  LT_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));  // random weights are ready
+  // Weights and tables are in place before any forward pass: cudaMemcpy from pageable memory can
+  // return before its DMA lands, and the compute stream does not wait for the legacy stream.
+  LT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaBackend::~CudaBackend() {

@@ -49,9 +49,7 @@ class CudaBackend final : public Backend {
   std::string description() const;
   const LocalShape& shape() const { return shape_; }
   const DeviceWeights& weights() const { return *weights_; }
-  const MemoryPlan& memory() const { return memory_; }
   AttentionKernel attention() const { return attention_; }  // Reference or Flash, never Auto
-  int device() const { return device_; }
 
  private:
   CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaBackendOptions options, const ModelWeights* host,

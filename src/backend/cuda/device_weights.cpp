@@ -53,6 +53,7 @@ class Upload {
   Upload& add(const std::vector<float>& v, std::int64_t expected, const std::string& name) {
     LT_CHECK(std::int64_t(v.size()) == expected, "cuda backend: host tensor ", name, " holds ", v.size(),
              " values, this rank's shape needs ", expected);
+    bits_.reserve(bits_.size() + v.size());
     for (const float f : v) bits_.push_back(float_to_bf16(f));
     return *this;
   }
@@ -114,7 +115,10 @@ DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& hos
     Upload().add(hl.mlp.gate.w, I * H, p + "mlp.gate_proj").add(hl.mlp.up.w, I * H, p + "mlp.up_proj").to(dl.gate_up.w);
     check_bias(hl.mlp.gate, s.mlp_bias, p + "mlp.gate_proj");
     if (s.mlp_bias) {
-      Upload().add(hl.mlp.gate.b, I, p + "mlp.gate_proj.bias").add(hl.mlp.up.b, I, p + "mlp.up_proj.bias").to(dl.gate_up.b);
+      Upload()
+          .add(hl.mlp.gate.b, I, p + "mlp.gate_proj.bias")
+          .add(hl.mlp.up.b, I, p + "mlp.up_proj.bias")
+          .to(dl.gate_up.b);
     }
     Upload().add(hl.mlp.down.w, H * I, p + "mlp.down_proj").to(dl.down.w);
     check_bias(hl.mlp.down, s.down_bias, p + "mlp.down_proj");

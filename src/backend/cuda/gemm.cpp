@@ -60,9 +60,20 @@ struct Gemm::Plan {
       st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d);
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
+    // No split-K, or split-K with float32 partials reduced in a fixed order (COMPUTE_TYPE): the
+    // INPLACE and OUTPUT_TYPE schemes add partials up in the output type (extra bf16 roundings),
+    // and INPLACE in an order that varies run to run. Without any such algorithm, take what exists.
+    std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, pref, 1, &result, &found);
+    for (int attempt = 0; attempt < 2 && found == 0 && st == CUBLAS_STATUS_SUCCESS; ++attempt) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                                sizeof reductions);
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, pref, 1, &result, &found);
+      if (st == CUBLAS_STATUS_NOT_SUPPORTED) st = CUBLAS_STATUS_SUCCESS;  // none found: found == 0
+      reductions = CUBLASLT_REDUCTION_SCHEME_MASK;
+    }
     (void)cublasLtMatmulPreferenceDestroy(pref);
     LT_CUBLASLT_CHECK(st);
     LT_CHECK(found > 0, "cuBLASLt has no algorithm for the bf16 product (", T, " x ", K, ") @ (", N, " x ", K, ")^T",

@@ -21,7 +21,8 @@ void split(std::size_t n, std::size_t min_piece, int threads, Fn&& fn) {
   }
   std::vector<std::jthread> workers;  // joined on every exit path
   const std::size_t step = (n + pieces - 1) / pieces;
-  for (std::size_t b = step; b < n; b += step) workers.emplace_back([&fn, b, step, n] { fn(b, std::min(n, b + step)); });
+  for (std::size_t b = step; b < n; b += step)
+    workers.emplace_back([&fn, b, step, n] { fn(b, std::min(n, b + step)); });
   fn(std::size_t(0), std::min(n, step));
 }
 constexpr std::size_t kMinPieceBytes = std::size_t(8) << 20;

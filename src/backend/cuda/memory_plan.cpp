@@ -24,7 +24,8 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
   p.workspace_bytes = Workspace::device_bytes(s, o.max_batch_tokens, o.max_capture_points);
   p.pinned_bytes = Workspace::pinned_bytes(s, o.max_batch_tokens, o.max_capture_points);
   const std::size_t fixed = Workspace::device_bytes(s, 0, o.max_capture_points);
-  p.per_token_bytes = (p.workspace_bytes - fixed + std::size_t(o.max_batch_tokens) - 1) / std::size_t(o.max_batch_tokens);
+  const std::size_t Tm = std::size_t(o.max_batch_tokens);
+  p.per_token_bytes = (p.workspace_bytes - fixed + Tm - 1) / Tm;
   return p;
 }
 

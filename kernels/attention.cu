@@ -1,0 +1,398 @@
+// Causal GQA attention over a packed batch (see attention.cuh).
+//   reference: one block per (query, head), keys in chunks of the block size, online softmax.
+//   flash:     one block of 4 warps per (query tile of 64, head); each warp owns 16 query rows;
+//              S = Q K^T and O += P V with mma.sync m16n8k16 bf16 (float32 accumulators), online
+//              softmax in registers (FlashAttention-2's scheme).
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "attention.cuh"
+#include "core/error.hpp"
+#include "cuda_check.hpp"
+
+namespace layertap::kernels {
+namespace {
+
+// ----------------------------------------------------------------------------------------------
+// kernels: reference
+
+constexpr int kRefBlock = 128;             // keys per chunk = threads per block
+constexpr int kRefWarps = kRefBlock / 32;
+constexpr int kRefDimsPerThread = 4;       // head_dim <= kRefBlock * kRefDimsPerThread = 512
+
+__device__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+__device__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Max / sum over the block, returned to every thread; `scratch` holds kRefWarps floats. Ends with
+// a barrier, so shared memory written before the call is visible after it.
+__device__ float block_max(float v, float* scratch) {
+  v = warp_max(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kRefWarps; ++w) r = fmaxf(r, scratch[w]);
+  __syncthreads();
+  return r;
+}
+__device__ float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int w = 0; w < kRefWarps; ++w) r += scratch[w];
+  __syncthreads();
+  return r;
+}
+
+// grid (T, hq), block kRefBlock; dynamic shared memory: q (hd) | p (kRefBlock) | scratch (kRefWarps) floats.
+__global__ void __launch_bounds__(kRefBlock)
+    attention_reference_kernel(__nv_bfloat16* __restrict__ ctx,        // (T, hq * hd)
+                               const __nv_bfloat16* __restrict__ qkv,  // (T, (hq + 2 hkv) * hd)
+                               const std::int32_t* __restrict__ pos,   // (T)
+                               std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
+                               float scale) {
+  extern __shared__ float smem[];
+  float* q = smem;             // (hd)
+  float* p = q + hd;           // (kRefBlock)
+  float* scratch = p + kRefBlock;
+
+  const std::int64_t t = blockIdx.x, h = blockIdx.y;
+  const std::int64_t row = (hq + 2 * hkv) * hd;  // elements per token in qkv
+  const std::int64_t g = h / (hq / hkv);
+  const __nv_bfloat16* k = qkv + (hq + g) * hd;        // key j at k + j * row
+  const __nv_bfloat16* v = qkv + (hq + hkv + g) * hd;  // value j at v + j * row
+  for (std::int64_t d = threadIdx.x; d < hd; d += kRefBlock) q[d] = __bfloat162float(qkv[t * row + h * hd + d]);
+  std::int64_t lo = t - pos[t];
+  if (window > 0 && t - window + 1 > lo) lo = t - window + 1;
+  __syncthreads();
+
+  float m = -INFINITY, l = 0.0f;
+  float acc[kRefDimsPerThread] = {};
+  for (std::int64_t j0 = lo; j0 <= t; j0 += kRefBlock) {
+    const std::int64_t j = j0 + threadIdx.x;
+    float s = -INFINITY;
+    if (j <= t) {
+      const __nv_bfloat16* kj = k + j * row;
+      float dot = 0.0f;
+      for (std::int64_t d = 0; d < hd; ++d) dot += q[d] * __bfloat162float(kj[d]);
+      s = dot * scale;
+    }
+    const float m_new = fmaxf(m, block_max(s, scratch));  // finite: key j0 <= t is in the chunk
+    const float pj = j <= t ? expf(s - m_new) : 0.0f;
+    p[threadIdx.x] = pj;
+    const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf)
+    l = l * alpha + block_sum(pj, scratch);
+    m = m_new;
+    const std::int64_t n = t - j0 + 1 < kRefBlock ? t - j0 + 1 : kRefBlock;
+#pragma unroll
+    for (int r = 0; r < kRefDimsPerThread; ++r) {
+      const std::int64_t d = threadIdx.x + r * kRefBlock;
+      if (d < hd) {
+        float a = acc[r] * alpha;
+        for (std::int64_t jj = 0; jj < n; ++jj) a += p[jj] * __bfloat162float(v[(j0 + jj) * row + d]);
+        acc[r] = a;
+      }
+    }
+    __syncthreads();  // p is rewritten by the next chunk
+  }
+  __nv_bfloat16* out = ctx + t * hq * hd + h * hd;
+#pragma unroll
+  for (int r = 0; r < kRefDimsPerThread; ++r) {
+    const std::int64_t d = threadIdx.x + r * kRefBlock;
+    if (d < hd) out[d] = __float2bfloat16_rn(acc[r] / l);
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// kernels: flash
+//
+// mma.sync.m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
+// g = lane / 4 and c = lane % 4, each register holding two bf16 (lower column/row in the low half):
+//   A (16x16, row-major)  a[0]: (g, 2c..2c+1)   a[1]: (g+8, 2c..2c+1)
+//                         a[2]: (g, 2c+8..+9)   a[3]: (g+8, 2c+8..+9)
+//   B (16x8, "col")       b[0]: (k 2c..2c+1, n g)   b[1]: (k 2c+8..2c+9, n g)
+//   C (16x8, float32)     c[0..1]: (g, 2c..2c+1)    c[2..3]: (g+8, 2c..2c+1)
+
+constexpr int kFlashWarps = 4;  // x 16 rows = kFlashTile queries
+constexpr int kFlashThreads = kFlashWarps * 32;
+constexpr int kKeys = 64;       // keys per tile
+constexpr int kPad = 8;         // bf16 of padding per shared row: conflict-free fragment loads
+
+static_assert(kFlashWarps * 16 == kFlashTile, "each warp owns 16 query rows");
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                               std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the launcher refuses devices below sm_80
+#endif
+}
+
+// Four 8x8 bf16 matrices, transposed: lane l gives the shared address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const __nv_bfloat16* row_ptr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(row_ptr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo in the low 16 bits
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+__device__ __forceinline__ std::uint32_t load_u32(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const std::uint32_t*>(p);
+}
+
+// grid (num_tiles, hq), block kFlashThreads.
+template <int HD>
+__global__ void __launch_bounds__(kFlashThreads)
+    attention_flash_kernel(__nv_bfloat16* __restrict__ ctx,        // (T, hq * HD)
+                           const __nv_bfloat16* __restrict__ qkv,  // (T, (hq + 2 hkv) * HD)
+                           const std::int32_t* __restrict__ pos,   // (T)
+                           const std::int32_t* __restrict__ tiles,  // (num_tiles, 2)
+                           std::int64_t hq, std::int64_t hkv, std::int64_t window, float scale) {
+  constexpr int kKT = HD / 16;  // k-steps of Q K^T
+  constexpr int kND = HD / 8;   // n-tiles of O
+  constexpr int kNT = kKeys / 8;  // n-tiles of S
+  __shared__ __align__(16) __nv_bfloat16 ks[kKeys][HD + kPad];  // (keys, HD)
+  __shared__ __align__(16) __nv_bfloat16 vs[kKeys][HD + kPad];  // (keys, HD)
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, c = lane % 4;
+  const std::int64_t q0 = tiles[2 * blockIdx.x], q1 = tiles[2 * blockIdx.x + 1];
+  const std::int64_t h = blockIdx.y, kvh = h / (hq / hkv);
+  const std::int64_t row = (hq + 2 * hkv) * HD;  // elements per token in qkv
+  const std::int64_t t0 = q0 - pos[q0];           // first token of the sample
+  const std::int64_t r0 = q0 + warp * 16 + g, r1 = r0 + 8;  // this thread's two query rows
+
+  // Q fragments straight from global memory (rows past the tile read as zeros).
+  std::uint32_t qa[kKT][4];
+#pragma unroll
+  for (int kt = 0; kt < kKT; ++kt) {
+    const int col = kt * 16 + 2 * c;
+    const __nv_bfloat16* p0 = qkv + r0 * row + h * HD + col;
+    const __nv_bfloat16* p1 = qkv + r1 * row + h * HD + col;
+    qa[kt][0] = r0 < q1 ? load_u32(p0) : 0u;
+    qa[kt][1] = r1 < q1 ? load_u32(p1) : 0u;
+    qa[kt][2] = r0 < q1 ? load_u32(p0 + 8) : 0u;
+    qa[kt][3] = r1 < q1 ? load_u32(p1 + 8) : 0u;
+  }
+  // lo(r): the first key row r may see; nondecreasing in r, so lo(q0) starts the key loop.
+  const auto lowest_key = [&](std::int64_t r) {
+    return window > 0 && r - window + 1 > t0 ? r - window + 1 : t0;
+  };
+  const std::int64_t lo0 = lowest_key(r0), lo1 = lowest_key(r1);
+
+  float o[kND][4] = {};
+  float m0 = -INFINITY, m1 = -INFINITY;  // running row maxima of the scaled scores
+  float l0 = 0.0f, l1 = 0.0f;            // this thread's partial row sums
+  const std::int64_t last_key = q1 - 1;
+  for (std::int64_t k0 = lowest_key(q0); k0 <= last_key; k0 += kKeys) {
+    // K and V tile (keys k0 .. k0+63) into shared memory, 16 bytes per access; keys past the
+    // tile's last query are zeros (never read out of bounds, never NaN * 0).
+    __syncthreads();  // the previous tile's fragments are all read
+    constexpr int kChunks = HD / 8;  // uint4 per row
+    for (int i = threadIdx.x; i < kKeys * kChunks; i += kFlashThreads) {
+      const int r = i / kChunks, ch = i % kChunks;
+      const std::int64_t j = k0 + r;
+      uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
+      if (j <= last_key) {
+        kv = *reinterpret_cast<const uint4*>(qkv + j * row + (hq + kvh) * HD + ch * 8);
+        vv = *reinterpret_cast<const uint4*>(qkv + j * row + (hq + hkv + kvh) * HD + ch * 8);
+      }
+      *reinterpret_cast<uint4*>(&ks[r][ch * 8]) = kv;
+      *reinterpret_cast<uint4*>(&vs[r][ch * 8]) = vv;
+    }
+    __syncthreads();
+
+    // S (16 x 64 per warp) = Q K^T
+    float s[kNT][4] = {};
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const __nv_bfloat16* kp = &ks[nt * 8 + g][kt * 16 + 2 * c];
+        mma_bf16_16816(s[nt], qa[kt], load_u32(kp), load_u32(kp + 8));
+      }
+    }
+
+    // Scale, mask, and the online softmax update of both rows.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const std::int64_t j = k0 + nt * 8 + 2 * c + e;
+        s[nt][e] = (j <= r0 && j >= lo0) ? s[nt][e] * scale : -INFINITY;
+        s[nt][2 + e] = (j <= r1 && j >= lo1) ? s[nt][2 + e] * scale : -INFINITY;
+        mx0 = fmaxf(mx0, s[nt][e]);
+        mx1 = fmaxf(mx1, s[nt][2 + e]);
+      }
+    }
+    // A row's 64 scores sit on the 4 lanes of its group (same g, c = 0..3).
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // A row with no visible key yet keeps max -inf: subtract 0 instead, so exp gives 0, not NaN.
+    const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
+    const float alpha0 = expf(m0 - base0), alpha1 = expf(m1 - base1);
+    m0 = mn0;
+    m1 = mn1;
+    l0 *= alpha0;
+    l1 *= alpha1;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      s[nt][0] = expf(s[nt][0] - base0);
+      s[nt][1] = expf(s[nt][1] - base0);
+      s[nt][2] = expf(s[nt][2] - base1);
+      s[nt][3] = expf(s[nt][3] - base1);
+      l0 += s[nt][0] + s[nt][1];
+      l1 += s[nt][2] + s[nt][3];
+    }
+#pragma unroll
+    for (int nd = 0; nd < kND; ++nd) {
+      o[nd][0] *= alpha0;
+      o[nd][1] *= alpha0;
+      o[nd][2] *= alpha1;
+      o[nd][3] *= alpha1;
+    }
+
+    // O (16 x HD per warp) += P V: P's accumulator layout is the A layout of keys 16 at a time.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const std::uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                   pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int nd = 0; nd < kND; nd += 2) {
+        // Matrices: (keys +0..7, dims nd), (keys +8..15, dims nd), (+0..7, nd+1), (+8..15, nd+1);
+        // transposed, each gives the B fragment register of its (k half, n-tile).
+        const int mat = lane / 8;
+        const __nv_bfloat16* vp = &vs[kk * 16 + (mat % 2) * 8 + lane % 8][(nd + mat / 2) * 8];
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, vp);
+        mma_bf16_16816(o[nd], pa, b[0], b[1]);
+        mma_bf16_16816(o[nd + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+
+  // Row sums over the 4 lanes of each row, then ctx = O / l for the rows inside the tile.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+  for (int nd = 0; nd < kND; ++nd) {
+    const int col = nd * 8 + 2 * c;
+    if (r0 < q1) {
+      *reinterpret_cast<std::uint32_t*>(ctx + r0 * hq * HD + h * HD + col) = pack_bf16(o[nd][0] / l0, o[nd][1] / l0);
+    }
+    if (r1 < q1) {
+      *reinterpret_cast<std::uint32_t*>(ctx + r1 * hq * HD + h * HD + col) = pack_bf16(o[nd][2] / l1, o[nd][3] / l1);
+    }
+  }
+}
+
+void check_common(const void* ctx, const void* qkv, const void* pos, std::int64_t T, std::int64_t hq,
+                  std::int64_t hkv, std::int64_t hd, std::int64_t window, const char* name) {
+  LT_CHECK(T >= 0 && T < (std::int64_t(1) << 31) && hq > 0 && hkv > 0 && hq % hkv == 0 && hd > 0 && window >= 0,
+           name, ": bad shape T=", T, " hq=", hq, " hkv=", hkv, " hd=", hd, " window=", window);
+  LT_CHECK(hq < 65536, name, ": ", hq, " query heads is more than a grid dimension holds");
+  LT_CHECK(ctx != nullptr && qkv != nullptr && pos != nullptr, name, ": null pointer argument");
+}
+
+// Scale of the scores, computed as the CPU reference does.
+float score_scale(std::int64_t hd) { return 1.0f / std::sqrt(static_cast<float>(hd)); }
+
+}  // namespace
+
+// ----------------------------------------------------------------------------------------------
+// launchers
+
+void attention_reference(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos, std::int64_t T,
+                         std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
+                         cudaStream_t stream) {
+  check_common(ctx, qkv, pos, T, hq, hkv, hd, window, "attention_reference");
+  LT_CHECK(hd <= kRefBlock * kRefDimsPerThread, "attention_reference: head_dim ", hd, " exceeds ",
+           kRefBlock * kRefDimsPerThread);
+  if (T == 0) return;
+  const std::size_t smem = sizeof(float) * std::size_t(hd + kRefBlock + kRefWarps);
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(hq));
+  attention_reference_kernel<<<grid, kRefBlock, smem, stream>>>(ctx, qkv, pos, hq, hkv, hd, window, score_scale(hd));
+  LT_CUDA_CHECK_LAUNCH();
+}
+
+std::vector<std::int32_t> flash_query_tiles(const std::vector<std::int64_t>& offsets) {
+  LT_CHECK(!offsets.empty() && offsets.front() == 0, "flash_query_tiles: offsets must start at 0");
+  std::vector<std::int32_t> tiles;
+  for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
+    LT_CHECK(offsets[s + 1] >= offsets[s] && offsets[s + 1] < (std::int64_t(1) << 31),
+             "flash_query_tiles: offsets must be nondecreasing and below 2^31");
+    for (std::int64_t b = offsets[s]; b < offsets[s + 1]; b += kFlashTile) {
+      tiles.push_back(static_cast<std::int32_t>(b));
+      tiles.push_back(static_cast<std::int32_t>(b + kFlashTile < offsets[s + 1] ? b + kFlashTile : offsets[s + 1]));
+    }
+  }
+  return tiles;
+}
+
+std::int64_t max_flash_tiles(std::int64_t max_tokens) {
+  // ceil(n / 64) <= n / 64 + 1 per non-empty sample, and there are at most max_tokens of those.
+  return max_tokens / kFlashTile + max_tokens + 1;
+}
+
+bool flash_attention_supported(std::int64_t hd) {
+  if (hd != 64 && hd != 128) return false;
+  int device = 0, major = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&device));
+  LT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
+void attention_flash(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos,
+                     const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t hq,
+                     std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream) {
+  check_common(ctx, qkv, pos, T, hq, hkv, hd, window, "attention_flash");
+  LT_CHECK(tiles != nullptr && num_tiles >= 0 && num_tiles < (std::int64_t(1) << 31),
+           "attention_flash: bad tile table (", num_tiles, " tiles)");
+  LT_CHECK(flash_attention_supported(hd), "attention_flash: head_dim ", hd,
+           " or this device is not supported (head_dim 64 or 128 on sm_80+)");
+  // 16-byte loads of K/V rows and 4-byte accesses of Q and ctx.
+  LT_CHECK(reinterpret_cast<std::uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<std::uintptr_t>(ctx) % 4 == 0,
+           "attention_flash: qkv must be 16-byte aligned and ctx 4-byte aligned");
+  if (T == 0 || num_tiles == 0) return;
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(hq));
+  const float scale = score_scale(hd);
+  if (hd == 64) {
+    attention_flash_kernel<64><<<grid, kFlashThreads, 0, stream>>>(ctx, qkv, pos, tiles, hq, hkv, window, scale);
+  } else {
+    attention_flash_kernel<128><<<grid, kFlashThreads, 0, stream>>>(ctx, qkv, pos, tiles, hq, hkv, window, scale);
+  }
+  LT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace layertap::kernels

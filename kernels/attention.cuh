@@ -1,0 +1,49 @@
+// Causal grouped-query attention over a packed batch (block-diagonal: never across samples), with
+// an optional sliding window. Two kernels compute the same function:
+//   attention_reference  any head_dim, float32 throughout; simple, the yardstick for the other;
+//   attention_flash      head_dim 64 or 128, bf16 tensor cores (mma.sync, sm_80+), online softmax.
+// Usable from host C++ (g++) and from .cu files.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace layertap::kernels {
+
+// For query t of sample s (starting at token t0 = t - pos[t]) and query head h (key/value head
+// g = h / (hq / hkv)):
+//   keys  j in [lo, t],  lo = t0, or max(t0, t - window + 1) when window > 0 (HF sliding window:
+//         the last `window` positions, the query's own included)
+//   ctx[t, h*hd : (h+1)*hd] = bf16( sum_j softmax_j(scale * q_t . k_j) v_j ),  scale = 1/sqrt(hd)
+// with softmax and sums in float32.
+//
+//   ctx  (T, hq * hd)               bf16, written
+//   qkv  (T, (hq + 2*hkv) * hd)     bf16: q heads, then k heads, then v heads (after RoPE)
+//   pos  (T)                        int32, position of each token within its sample
+// Launches on `stream`; throws layertap::Error on bad arguments or a failed launch.
+void attention_reference(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos, std::int64_t T,
+                         std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
+                         cudaStream_t stream);
+
+// Queries per tile of attention_flash.
+inline constexpr std::int64_t kFlashTile = 64;
+
+// The query tiles of a packed batch with sample offsets [S+1]: (num_tiles, 2) int32 pairs
+// [begin, end) of at most kFlashTile tokens, each inside one sample, in token order.
+std::vector<std::int32_t> flash_query_tiles(const std::vector<std::int64_t>& offsets);
+// An upper bound on the tile count for any batch of at most `max_tokens` tokens.
+std::int64_t max_flash_tiles(std::int64_t max_tokens);
+
+// Whether attention_flash runs for this head_dim on the current device (hd 64 or 128, sm_80+).
+bool flash_attention_supported(std::int64_t hd);
+
+// Same function as attention_reference, except that the probabilities are rounded to bf16 for
+// the tensor-core product with V (their float32 sum is the softmax denominator), as FlashAttention-2.
+//   tiles  (num_tiles, 2) int32  from flash_query_tiles(offsets), on the device
+void attention_flash(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos,
+                     const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t hq,
+                     std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream);
+
+}  // namespace layertap::kernels

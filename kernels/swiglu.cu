@@ -1,0 +1,74 @@
+// SwiGLU (see swiglu.cuh): one block per token row (grid-strided), 16-byte accesses when I % 8 == 0.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.hpp"
+#include "swiglu.cuh"
+
+namespace layertap::kernels {
+namespace {
+
+// ----------------------------------------------------------------------------------------------
+// kernels
+
+constexpr int kBlock = 256;
+
+__device__ __nv_bfloat16 swiglu_one(__nv_bfloat16 gate, __nv_bfloat16 up) {
+  const float g = __bfloat162float(gate);
+  const float silu = __bfloat162float(__float2bfloat16_rn(g / (1.0f + expf(-g))));
+  return __float2bfloat16_rn(silu * __bfloat162float(up));
+}
+
+// VEC: bf16 elements per access (8 = one uint4, 1 = scalar); I % VEC == 0.
+template <int VEC>
+__global__ void __launch_bounds__(kBlock)
+    swiglu_kernel(__nv_bfloat16* __restrict__ act,            // (T, I)
+                  const __nv_bfloat16* __restrict__ gate_up,  // (T, 2I)
+                  std::int64_t T, std::int64_t I) {
+  for (std::int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+    const __nv_bfloat16* gate = gate_up + t * 2 * I;
+    const __nv_bfloat16* up = gate + I;
+    __nv_bfloat16* out = act + t * I;
+    for (std::int64_t i = std::int64_t(threadIdx.x) * VEC; i < I; i += std::int64_t(kBlock) * VEC) {
+      if constexpr (VEC == 8) {
+        const uint4 gv = *reinterpret_cast<const uint4*>(gate + i);
+        const uint4 uv = *reinterpret_cast<const uint4*>(up + i);
+        const auto* g = reinterpret_cast<const __nv_bfloat16*>(&gv);
+        const auto* u = reinterpret_cast<const __nv_bfloat16*>(&uv);
+        uint4 ov;
+        auto* o = reinterpret_cast<__nv_bfloat16*>(&ov);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) o[k] = swiglu_one(g[k], u[k]);
+        *reinterpret_cast<uint4*>(out + i) = ov;
+      } else {
+        out[i] = swiglu_one(gate[i], up[i]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------------------------------
+// launchers
+
+void swiglu(__nv_bfloat16* act, const __nv_bfloat16* gate_up, std::int64_t T, std::int64_t I,
+            cudaStream_t stream) {
+  LT_CHECK(T >= 0 && I > 0, "swiglu: bad shape T=", T, " I=", I);
+  LT_CHECK(act != nullptr && gate_up != nullptr, "swiglu: null pointer argument");
+  if (T == 0) return;
+  constexpr std::int64_t kMaxGrid = 1 << 20;
+  const unsigned grid = static_cast<unsigned>(T < kMaxGrid ? T : kMaxGrid);
+  const bool aligned = I % 8 == 0 && reinterpret_cast<std::uintptr_t>(act) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(gate_up) % 16 == 0;
+  if (aligned) {
+    swiglu_kernel<8><<<grid, kBlock, 0, stream>>>(act, gate_up, T, I);
+  } else {
+    swiglu_kernel<1><<<grid, kBlock, 0, stream>>>(act, gate_up, T, I);
+  }
+  LT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace layertap::kernels

@@ -1,0 +1,19 @@
+// SwiGLU activation of the fused gate/up projection, bf16. Usable from host C++ and .cu files.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace layertap::kernels {
+
+// For each token t < T and i < I, with g = gate_up[t, i] and u = gate_up[t, I + i] widened to float32:
+//   act[t, i] = bf16(bf16(g / (1 + exp(-g))) * u)
+// i.e. Hugging Face's act_fn(gate) * up with a bf16 tensor between the two ops.
+//   act      (T, I)      bf16, written
+//   gate_up  (T, 2 * I)  bf16: gate in columns [0, I), up in [I, 2I)
+// Launches on `stream`; throws layertap::Error on bad arguments or a failed launch.
+void swiglu(__nv_bfloat16* act, const __nv_bfloat16* gate_up, std::int64_t T, std::int64_t I,
+            cudaStream_t stream);
+
+}  // namespace layertap::kernels

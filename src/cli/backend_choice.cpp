@@ -1,0 +1,95 @@
+#include "cli/backend_choice.hpp"
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#ifdef LAYERTAP_HAVE_CUDA
+#include <mpi.h>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/device.hpp"
+#include "comm/nccl_comm.hpp"
+#endif
+
+namespace layertap {
+
+#ifdef LAYERTAP_HAVE_CUDA
+namespace {
+
+// This rank's position among the ranks of its node (an MPI shared-memory split).
+std::pair<int, int> local_rank_and_size() {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm node = MPI_COMM_NULL;
+  LT_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node) == MPI_SUCCESS,
+           "MPI_Comm_split_type failed");
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  return {local_rank, local_size};
+}
+
+// The CUDA backend together with the communicator it all-reduces through (declared first, so
+// it outlives the backend).
+class CudaRankBackend final : public Backend {
+ public:
+  CudaRankBackend(std::unique_ptr<DeviceAllReduce> comm, const ModelConfig& cfg, const ModelWeights& weights,
+                  cuda::CudaBackendOptions options)
+      : comm_(std::move(comm)), impl_(cfg, weights, *comm_, options) {}
+  std::string name() const override { return impl_.name(); }
+  std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan, DType dtype) override {
+    return impl_.forward(batch, plan, dtype);
+  }
+  std::string description() const { return impl_.description(); }
+
+ private:
+  std::unique_ptr<DeviceAllReduce> comm_;
+  cuda::CudaBackend impl_;
+};
+
+}  // namespace
+#endif
+
+std::string resolve_backend(const std::string& requested) {
+#ifdef LAYERTAP_HAVE_CUDA
+  const bool gpu_here = cuda::visible_device_count() > 0;
+  const bool gpu_everywhere = !any_rank(!gpu_here);
+  if (requested == "auto") return gpu_everywhere ? "cuda" : "cpu";
+  if (requested == "cuda") LT_CHECK(gpu_here, "--backend cuda: this rank sees no GPU (check CUDA_VISIBLE_DEVICES and the driver)");
+  return requested;
+#else
+  LT_CHECK(requested != "cuda", "--backend cuda: this build has no CUDA (configure with nvcc on PATH)");
+  return "cpu";
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
+                                      const TpShard& shard, MpiGroups& groups, int64_t max_batch_tokens,
+                                      int64_t capture_points) {
+#ifdef LAYERTAP_HAVE_CUDA
+  if (backend == "cuda") {
+    const auto [local_rank, local_size] = local_rank_and_size();
+    cuda::select_device(cuda::local_rank_device(local_rank, local_size));  // before NCCL and any allocation
+    std::unique_ptr<DeviceAllReduce> comm;
+    if (shard.size == 1)
+      comm = std::make_unique<SoloDeviceAllReduce>();
+    else
+      comm = std::make_unique<NcclComm>(groups.tp_mpi());
+    cuda::CudaBackendOptions options;
+    options.max_batch_tokens = max_batch_tokens;
+    options.max_capture_points = capture_points;
+    auto b = std::make_unique<CudaRankBackend>(std::move(comm), cfg, load_weights(ckpt, cfg, shard), options);
+    log_info(b->description());
+    return b;
+  }
+#else
+  (void)max_batch_tokens;
+  (void)capture_points;
+#endif
+  LT_CHECK(backend == "cpu", "unknown backend '", backend, "'");
+  return std::make_unique<CpuBackend>(cfg, load_weights(ckpt, cfg, shard), groups.tp());
+}
+
+}  // namespace layertap
