@@ -3,7 +3,7 @@
 #
 #   MODEL=/models/Llama-3.1-8B-Instruct DATA=train.jsonl OUT=hs CAPTURE=eagle3 \
 #     jobs/mpirun_workstation.sh [more layertap extract options...]
-#   CONFIG=jobs/example-tiny.conf NP=1 jobs/mpirun_workstation.sh --overwrite   # from the repo root
+#   CONFIG=jobs/example-tiny.conf NP=1 jobs/mpirun_workstation.sh   # from the repo root
 #
 # Environment:
 #   NP                ranks (default: GPUs listed by `nvidia-smi -L`, or 1 without nvidia-smi)
@@ -23,8 +23,18 @@
 # layertap picks the device of its local rank (OMPI_COMM_WORLD_LOCAL_RANK). As root, mpirun gets
 # --allow-run-as-root.
 #
-# The output is complete only when OUT/manifest.json exists (written last by rank 0); a directory
-# of shards without it is an interrupted or failed run.
+# layertap always gets --resume: rerunning the same command continues an interrupted run in OUT (a
+# fresh OUT simply starts, a complete one exits 0 at once; --overwrite cannot be added: to start
+# over, remove OUT). To stop gracefully, send SIGUSR1 to mpirun (this script's pid: it execs mpirun):
+#   kill -USR1 <pid>
+# Open MPI forwards SIGUSR1 (and SIGUSR2) to every rank: each stops after the batch in flight, rank 0
+# writes manifest.json with "complete": false, and mpirun exits 75: interrupted, rerun to resume.
+# Ctrl-C or SIGTERM reaches mpirun only (each rank has its own process group); mpirun then sends the
+# ranks SIGTERM and SIGKILL about a second later (odls_base_sigkill_timeout), usually before a batch
+# ends, and exits 1 even when they stopped in time. The shards closed before remain; a rerun resumes.
+#
+# The output is complete only when OUT/manifest.json says "complete": true (written last by rank 0);
+# shards without it, or "complete": false, are an interrupted or failed run.
 set -euo pipefail
 
 LAYERTAP=${LAYERTAP:-$(command -v layertap || echo "$PWD/build/src/cli/layertap")}
@@ -36,7 +46,7 @@ if [ -z "${TP:-}" ] && [ -f "${CONFIG:-}" ]; then  # TP unset: the job file's 't
   TP=$(sed -nE 's/^[[:space:]]*tp[[:space:]]*=[[:space:]]*([0-9]+).*/\1/p' "$CONFIG" | tail -n 1)
 fi
 TP=${TP:-$NP}
-args=(extract --backend "${BACKEND:-auto}")
+args=(extract --backend "${BACKEND:-auto}" --resume)
 [ -n "${CONFIG:-}" ] && args+=(--config "$CONFIG")
 [ -n "${MODEL:-}" ] && args+=(--model "$MODEL")
 [ -n "${DATA:-}" ] && args+=(--data "$DATA")

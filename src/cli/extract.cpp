@@ -116,6 +116,69 @@ json skipped_before_resume(const fs::path& dir, const std::vector<io::ShardInfo>
   return skipped;
 }
 
+// Rank 0: the manifest, from every rank's shard list (`parts`, in rank order = input order).
+void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::OutputMeta& meta,
+                    const WorldLayout& world, std::size_t dataset_samples, int64_t total_tokens,
+                    const std::string& dataset_sha256, const std::vector<std::string>& parts, bool stopped,
+                    const std::string& backend_name, double seconds, double tokens_per_s, double peak_mib_max) {
+  json shards = json::array(), all_skipped = json::array();
+  int64_t bytes = 0, written_samples = 0, written_tokens = 0;
+  for (const std::string& text : parts) {
+    const json part = json::parse(text);
+    for (const json& s : part["shards"]) {
+      bytes += s["bytes"].get<int64_t>();
+      written_samples += s["samples"].get<int64_t>();
+      written_tokens += s["tokens"].get<int64_t>();
+      shards.push_back(s);
+    }
+    for (const json& s : part["skipped"]) all_skipped.push_back(s);
+  }
+  const bool complete = !stopped;
+  if (complete)
+    LT_CHECK(written_samples + int64_t(all_skipped.size()) == int64_t(dataset_samples), "the shards hold ",
+             written_samples, " samples and ", all_skipped.size(), " were skipped, but the dataset has ", dataset_samples);
+  json m;
+  m["format_version"] = io::kFormatVersion;
+  m["complete"] = complete;
+  json pts = json::array();
+  for (std::size_t p = 0; p < plan.points.size(); ++p)
+    pts.push_back({{"spec", plan.points[p].spec}, {"id", plan.points[p].id}, {"meaning", plan.meaning(p)}});
+  m["capture"] = {{"request", o.capture}, {"convention", kCaptureConvention}, {"points", pts}};
+  m["model"] = {{"dir", fs::absolute(o.model).string()},
+                {"architecture", cfg.architecture},
+                {"num_hidden_layers", cfg.num_layers},
+                {"hidden_size", cfg.hidden_size},
+                {"vocab_size", cfg.vocab_size},
+                {"checkpoint_dtype", dtype_name(cfg.torch_dtype)},
+                {"config_sha256", meta.config_sha256},
+                {"weights_fingerprint", meta.weights_fingerprint}};
+  m["dataset"] = {{"path", fs::absolute(o.data).string()},
+                  {"sha256", dataset_sha256},
+                  {"samples", dataset_samples},
+                  {"tokens", total_tokens}};
+  m["storage_dtype"] = dtype_name(meta.dtype);
+  m["shards"] = shards;
+  m["skipped_samples"] = all_skipped;
+  m["totals"] = {{"samples", written_samples}, {"tokens", written_tokens}, {"bytes", bytes}};
+  m["run"] = {{"command", o.command},
+              {"layertap_version", LAYERTAP_VERSION},
+              {"created", utc_now()},
+              {"backend", backend_name},
+              {"world_size", world.world_size},
+              {"tp", world.tp},
+              {"dp", world.dp},
+              {"max_batch_tokens", o.max_batch_tokens},
+              {"seconds", seconds},
+              {"tokens_per_s", tokens_per_s},
+              {"peak_rss_mib_max", peak_mib_max}};
+  if (stopped) m["run"]["stopped_by"] = stop_signal_name()[0] ? stop_signal_name() : "signal on another rank";
+  failpoint("manifest");  // crash tests: die with every shard written but no manifest
+  io::write_json_atomically(fs::path(o.out) / "manifest.json", m);
+  log_info(complete ? "done: " : "stopped, resumable with --resume: ", written_samples, " samples, ", written_tokens,
+           " tokens, ", shards.size(), " shards, ", human_bytes(bytes), " in ", seconds, " s (", int64_t(tokens_per_s),
+           " tokens/s after loading) -> ", o.out);
+}
+
 }  // namespace
 
 int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
@@ -253,66 +316,16 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   log_info("rank ", world.world_rank, " (group ", world.dp_rank, ", tp rank ", world.tp_rank, ") peak memory ",
            int64_t(peak_mib), " MiB");
   const double peak_mib_max = max_over_ranks(peak_mib);
+  const int64_t tokens_this_run = sum_over_ranks(done_tokens) / world.tp;  // every TP rank counted its group's
   // Rank order = group order = input order: the manifest lists shards in dataset order.
   const std::vector<std::string> parts = gather_strings(my_part.dump());
-  if (!lead) return stopped ? kExitInterrupted : 0;
-
-  json shards = json::array(), all_skipped = json::array();
-  int64_t bytes = 0, written_samples = 0, written_tokens = 0;
-  for (const std::string& text : parts) {
-    const json part = json::parse(text);
-    for (const json& s : part["shards"]) {
-      bytes += s["bytes"].get<int64_t>();
-      written_samples += s["samples"].get<int64_t>();
-      written_tokens += s["tokens"].get<int64_t>();
-      shards.push_back(s);
-    }
-    for (const json& s : part["skipped"]) all_skipped.push_back(s);
-  }
-  const bool complete = !stopped;
-  if (complete)
-    LT_CHECK(written_samples + int64_t(all_skipped.size()) == int64_t(samples.size()), "the shards hold ",
-             written_samples, " samples and ", all_skipped.size(), " were skipped, but the dataset has ", samples.size());
-  const double seconds = seconds_since(t_start);
-  json m;
-  m["format_version"] = io::kFormatVersion;
-  m["complete"] = complete;
-  json pts = json::array();
-  for (std::size_t p = 0; p < plan.points.size(); ++p)
-    pts.push_back({{"spec", plan.points[p].spec}, {"id", plan.points[p].id}, {"meaning", plan.meaning(p)}});
-  m["capture"] = {{"request", o.capture}, {"convention", kCaptureConvention}, {"points", pts}};
-  m["model"] = {{"dir", fs::absolute(o.model).string()},
-                {"architecture", cfg.architecture},
-                {"num_hidden_layers", cfg.num_layers},
-                {"hidden_size", cfg.hidden_size},
-                {"vocab_size", cfg.vocab_size},
-                {"checkpoint_dtype", dtype_name(cfg.torch_dtype)},
-                {"config_sha256", meta.config_sha256},
-                {"weights_fingerprint", meta.weights_fingerprint}};
-  m["dataset"] = {{"path", fs::absolute(o.data).string()},
-                  {"sha256", dataset_sha256},
-                  {"samples", samples.size()},
-                  {"tokens", total_tokens}};
-  m["storage_dtype"] = dtype_name(meta.dtype);
-  m["shards"] = shards;
-  m["skipped_samples"] = all_skipped;
-  m["totals"] = {{"samples", written_samples}, {"tokens", written_tokens}, {"bytes", bytes}};
-  m["run"] = {{"command", o.command},
-              {"layertap_version", LAYERTAP_VERSION},
-              {"created", utc_now()},
-              {"backend", backend->name()},
-              {"world_size", world.world_size},
-              {"tp", world.tp},
-              {"dp", world.dp},
-              {"max_batch_tokens", o.max_batch_tokens},
-              {"seconds", seconds},
-              {"tokens_per_s", double(done_tokens * world.dp) / seconds_since(t_loaded)},
-              {"peak_rss_mib_max", peak_mib_max}};
-  if (stopped) m["run"]["stopped_by"] = stop_signal_name()[0] ? stop_signal_name() : "signal on another rank";
-  failpoint("manifest");  // crash tests: die with every shard written but no manifest
-  io::write_json_atomically(out / "manifest.json", m);
-  log_info(complete ? "done: " : "stopped, resumable with --resume: ", written_samples, " samples, ", written_tokens,
-           " tokens, ", shards.size(), " shards, ", human_bytes(bytes), " in ", seconds, " s -> ", o.out);
+  if (lead)
+    write_manifest(o, cfg, plan, meta, world, samples.size(), total_tokens, dataset_sha256, parts, stopped,
+                   backend->name(), seconds_since(t_start), double(tokens_this_run) / seconds_since(t_loaded),
+                   peak_mib_max);
+  // No rank exits before the manifest is on disk: a launcher that ends the job when a rank exits
+  // (srun --kill-on-bad-exit, after a graceful stop's exit code 75) must not cut it short.
+  world_barrier();
   return stopped ? kExitInterrupted : 0;
 }
 

@@ -90,6 +90,12 @@ int64_t max_over_ranks(int64_t value) {
   return out;
 }
 
+int64_t sum_over_ranks(int64_t value) {
+  int64_t out = value;
+  LT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return out;
+}
+
 bool any_rank(bool value) { return max_over_ranks(int64_t(value)) != 0; }
 
 int64_t broadcast_from_world_root(int64_t value) {

@@ -55,6 +55,7 @@ void world_barrier();
 // Largest value over all ranks.
 double max_over_ranks(double value);
 int64_t max_over_ranks(int64_t value);
+int64_t sum_over_ranks(int64_t value);
 
 // True on every rank when `value` is true on any rank.
 bool any_rank(bool value);
