@@ -157,6 +157,20 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 }  // namespace
 
+namespace {
+// Drops a tensor's pages of the read-only mapping once it has been converted, so a rank's
+// resident memory holds its own slices and not the mapped file (a row-parallel slice touches
+// every page of its tensor). The pages come back from the file if read again.
+void release_pages(const TensorInfo& t) {
+  static const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
+  std::size_t bytes = dtype_size(t.dtype);
+  for (int64_t d : t.shape) bytes *= std::size_t(d);
+  const std::uintptr_t begin = std::uintptr_t(t.data) & ~(page - 1);
+  const std::uintptr_t end = (std::uintptr_t(t.data) + bytes + page - 1) & ~(page - 1);
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure is harmless
+}
+}  // namespace
+
 void Checkpoint::check_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const {
   LT_CHECK(t.shape == shape, "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape),
            ", the config implies ", shape_str(shape));
@@ -172,6 +186,7 @@ std::vector<float> Checkpoint::read(const std::string& name, const std::vector<i
   for (int64_t d : shape) n *= std::size_t(d);
   std::vector<float> out(n);
   to_float(t.dtype, t.data, out.data(), n);
+  release_pages(t);
   return out;
 }
 
@@ -184,6 +199,7 @@ std::vector<float> Checkpoint::read_rows(const std::string& name, const std::vec
   const std::size_t cols = std::size_t(shape[1]), esz = dtype_size(t.dtype);
   std::vector<float> out(std::size_t(rows) * cols);
   to_float(t.dtype, t.data + std::size_t(row0) * cols * esz, out.data(), out.size());
+  release_pages(t);
   return out;
 }
 
@@ -198,6 +214,7 @@ std::vector<float> Checkpoint::read_cols(const std::string& name, const std::vec
   for (std::size_t r = 0; r < rows; ++r)
     to_float(t.dtype, t.data + (r * width + std::size_t(col0)) * esz, out.data() + r * std::size_t(cols),
              std::size_t(cols));
+  release_pages(t);
   return out;
 }
 
