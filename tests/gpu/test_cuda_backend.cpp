@@ -44,6 +44,7 @@
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
+#include "fixture_reference.hpp"
 
 namespace {
 
@@ -54,42 +55,8 @@ using States = std::vector<std::vector<std::byte>>;
 constexpr double kPoint0Bound = 1.0 / 512.0 + 1e-7;
 constexpr double kStateBound = 5e-2;
 
-// ---------------------------------------------------------------------------------------------
-// Reference states (as tests/golden/test_golden.cpp reads them)
-
-struct Reference {
-  std::vector<std::vector<int32_t>> tokens;  // [S][T_s]
-  std::vector<std::vector<float>> states;    // [S][(L+2) * T_s * H]
-};
-
-Reference load_reference(const std::string& path, int64_t L, int64_t H) {
-  Checkpoint ref({path});
-  Reference r;
-  for (int s = 0;; ++s) {
-    const std::string ids_name = cat("sample", s, ".input_ids");
-    if (!ref.has(ids_name)) break;
-    const TensorInfo& ids = ref.info(ids_name);
-    LT_CHECK(ids.dtype == DType::I32, ids_name, " is not int32");
-    const int64_t T = ids.shape.at(0);
-    std::vector<int32_t> tok(static_cast<std::size_t>(T));
-    std::memcpy(tok.data(), ids.data, tok.size() * sizeof(int32_t));
-    r.tokens.push_back(std::move(tok));
-    r.states.push_back(ref.read(cat("sample", s, ".states"), {L + 2, T, H}));
-  }
-  LT_CHECK(r.tokens.size() >= 2, path, " holds fewer than 2 samples");
-  return r;
-}
-
-double rel_error(const float* got, const float* want, std::size_t n) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double d = double(got[i]) - double(want[i]);
-    num += d * d;
-    den += double(want[i]) * double(want[i]);
-  }
-  return std::sqrt(num / den);
-}
+using test::FixtureReference;
+using test::relative_error;
 
 std::vector<float> to_floats(const std::vector<std::byte>& s, DType dtype) {
   std::vector<float> f(s.size() / dtype_size(dtype));
@@ -118,7 +85,7 @@ struct Batch {
 };
 
 // Each sample alone, then all of them packed.
-std::vector<Batch> golden_batches(const Reference& ref) {
+std::vector<Batch> golden_batches(const FixtureReference& ref) {
   std::vector<Batch> out;
   std::vector<std::size_t> all;
   for (std::size_t s = 0; s < ref.tokens.size(); ++s) {
@@ -136,14 +103,14 @@ std::vector<Batch> golden_batches(const Reference& ref) {
   return out;
 }
 
-int64_t total_tokens(const Reference& ref) {
+int64_t total_tokens(const FixtureReference& ref) {
   int64_t t = 0;
   for (const auto& s : ref.tokens) t += int64_t(s.size());
   return t;
 }
 
 // Compares the states of each golden batch; prints the worst error per capture point.
-int compare_golden(const std::string& name, const ModelConfig& cfg, const Reference& ref, const CapturePlan& plan,
+int compare_golden(const std::string& name, const ModelConfig& cfg, const FixtureReference& ref, const CapturePlan& plan,
                    const std::vector<Batch>& batches, const std::vector<States>& results) {
   const int64_t H = cfg.hidden_size;
   std::vector<double> worst(plan.points.size(), 0.0);
@@ -160,7 +127,7 @@ int compare_golden(const std::string& name, const ModelConfig& cfg, const Refere
         const std::size_t s = batches[b].samples[i];
         const int64_t T = int64_t(ref.tokens[s].size());
         const float* want = ref.states[s].data() + std::size_t(plan.points[p].id * T * H);
-        const double err = rel_error(got.data() + batches[b].packed.offsets[i] * H, want, std::size_t(T * H));
+        const double err = relative_error(got.data() + batches[b].packed.offsets[i] * H, want, std::size_t(T * H));
         worst[p] = std::max(worst[p], err);
       }
     }
@@ -184,7 +151,7 @@ int golden_single(const std::string& name) {
   const fs::path dir = fixture(name);
   const ModelConfig cfg = load_model_config((dir / "config.json").string());
   const Checkpoint ckpt(checkpoint_files(dir.string()));
-  const Reference ref = load_reference((dir / "reference.safetensors").string(), cfg.num_layers, cfg.hidden_size);
+  const FixtureReference ref = test::load_fixture_reference((dir / "reference.safetensors").string(), cfg.num_layers, cfg.hidden_size);
   const CapturePlan plan = all_points(cfg.num_layers);
   SoloDeviceAllReduce solo;
   cuda::CudaBackendOptions o;
@@ -262,7 +229,7 @@ int golden_tp(const std::string& name, int tp) {
   const fs::path dir = fixture(name);
   const ModelConfig cfg = load_model_config((dir / "config.json").string());
   const Checkpoint ckpt(checkpoint_files(dir.string()));
-  const Reference ref = load_reference((dir / "reference.safetensors").string(), cfg.num_layers, cfg.hidden_size);
+  const FixtureReference ref = test::load_fixture_reference((dir / "reference.safetensors").string(), cfg.num_layers, cfg.hidden_size);
   const CapturePlan plan = all_points(cfg.num_layers);
   const std::vector<Batch> batches = golden_batches(ref);
   int device = 0;
@@ -349,7 +316,7 @@ int flash_vs_reference(int64_t hd, bool qk_norm, int64_t window) {
   int fails = 0;
   for (std::size_t p = 0; p < plan.points.size(); ++p) {
     const std::vector<float> ref = to_floats(out[0][p], DType::BF16), got = to_floats(out[1][p], DType::BF16);
-    const double err = rel_error(got.data(), ref.data(), ref.size());
+    const double err = relative_error(got.data(), ref.data(), ref.size());
     double rms = 0;
     for (const float v : ref) rms += double(v) * double(v);
     rms = std::sqrt(rms / double(ref.size()));
