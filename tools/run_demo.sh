@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds layertap and runs the main job on the tiny Llama model and the
-# 200-sample dataset shipped in tests/fixtures, capturing the EAGLE-3 points, then inspects the
+# 200-sample dataset shipped in tests/fixtures, capturing four points (embedding output, input of
+# layer 2, last layer output before the final norm, after the final norm), then inspects the
 # output. Output directory: ${OUT:-out/demo}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,5 +14,5 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 1 "$build/src/cli/layertap" extract \
   --model tests/fixtures/models/llama \
   --data tests/fixtures/data/demo.jsonl \
-  --out "$out" --capture eagle3 --overwrite
+  --out "$out" --capture 0,2,last,final --overwrite
 "$build/src/cli/layertap" inspect "$out"
