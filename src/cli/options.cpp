@@ -28,7 +28,8 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "tokens packed into one forward pass; a longer sample is an error")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products per rank (0 = all cores)")
       ("store-dtype", po::value(&o.store_dtype)->default_value(o.store_dtype),
-       "element type of /hidden_states: bfloat16 (lossless bf16) or float32")
+       "element type of /hidden_states: bfloat16 (the CUDA backend's bf16 states as they are; the CPU "
+       "backend's float32 states rounded to nearest) or float32")
       ("shard-size-mib", po::value(&o.shard_size_mib)->default_value(o.shard_size_mib),
        "close a shard once it holds this many MiB of hidden states")
       ("overwrite", po::bool_switch(&o.overwrite), "replace the shards and manifest of an earlier run in --out")
@@ -54,10 +55,13 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   try {
     po::store(po::command_line_parser(args).options(all).run(), vm);
     if (vm.count("help")) {
-      std::cout << "Usage: layertap extract --model DIR --data FILE.jsonl --out DIR [options]\n\n"
+      std::cout << "Usage: layertap extract --model DIR --data FILE.jsonl --out DIR [options]\n"
+                   "       mpirun -np N layertap extract ... --tp T\n\n"
                    "Runs the model over the dataset and writes the hidden states at the capture points\n"
                    "to HDF5 shards in --out, then manifest.json (written last: a run without it is incomplete).\n\n"
-                << all << "\n";
+                << all
+                << "\nExit codes: 0 done; 1 error (every rank stops, no manifest); 75 stopped by SIGTERM or SIGUSR1\n"
+                   "after closing complete shards (manifest says \"complete\": false): rerun with --resume.\n";
       return ParseOutcome::Exit;
     }
     if (vm.count("version")) {
