@@ -12,6 +12,7 @@ packages=(
   libgtest-dev                        # unit tests
   python3 python3-h5py python3-numpy  # end-to-end tests read the output as users do
   slurm-wlm munge                     # tests/slurm: a throw-away Slurm cluster on localhost for jobs/
+  procps                              # pgrep: the signal tests find the rank processes
 )
 missing=()
 for p in "${packages[@]}"; do
