@@ -8,8 +8,11 @@
 #   bash tools/gpu_check.sh                        # from the repository root
 #   OUT=/tmp/out BUILD_DIR=build-gpu JOBS=16 bash tools/gpu_check.sh
 #
-# Needs no apt or pip: only what the CUDA build itself needs (cmake, a C++20 compiler, nvcc, and
-# the compute core's OpenBLAS, OpenSSL, nlohmann_json and GoogleTest development files).
+# Needs no apt or pip: only cmake, a C++20 compiler and nvcc. The compute core's OpenBLAS, OpenSSL,
+# nlohmann_json and GoogleTest development files come from the machine where it has them, else
+# from .gpu-deps/ (Debian packages fetched beforehand by `bash tools/gpu_deps.sh` where apt works,
+# carried along: run(command="bash tools/gpu_check.sh", carry=[".gpu-deps"])), unpacked into
+# DEPS_ROOT (/tmp/gpu-deps-root), never into /.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -81,19 +84,106 @@ if ! ls "$cuda_root"/include/nccl.h "$cuda_root"/targets/*/include/nccl.h /usr/i
     EXTRA+=(-DLAYERTAP_NCCL_INCLUDE_DIR="$nccl_py/include" -DLAYERTAP_NCCL_LIBRARY="$nccl_lib")
   fi
 fi
-# What the compute core's configure will need (a missing one fails the configure stage below).
-for header in cblas.h nlohmann/json.hpp openssl/sha.h gtest/gtest.h; do
-  found=$(find /usr/include /usr/local/include -path "*/$header" -not -path "*/node/*" -print -quit 2>/dev/null)
-  echo "header $header: ${found:-MISSING}"
+# Development files a bare GPU image lacks (OpenBLAS, OpenSSL, nlohmann_json, GoogleTest) come as
+# Debian packages that tools/gpu_deps.sh downloaded into .gpu-deps (the device call carries it).
+# Each one the machine lacks (a compile-and-link probe with its own compiler) is unpacked into a
+# private prefix, never into /, and CMake is pointed at it; what the machine has is used as is.
+# OpenBLAS and libcrypto are linked statically from the packages' .a files: nothing of the prefix
+# is needed at run time (LD_LIBRARY_PATH is set to it all the same).
+DEPS_DIR=${DEPS_DIR:-.gpu-deps}
+DEPS_ROOT=${DEPS_ROOT:-/tmp/gpu-deps-root}
+probe_cxx=${CXX:-$(command -v c++ || command -v g++ || echo c++)}
+MA=$("$probe_cxx" -print-multiarch 2>/dev/null)
+MA=${MA:-x86_64-linux-gnu}
+probe() { # probe SOURCE [LINK ARGS...]: do this machine's compiler and default paths build SOURCE?
+  local src=$1 bin=/tmp/gpu-deps-probe.$$
+  shift
+  printf '%b\n' "$src" | "$probe_cxx" -std=c++17 -x c++ - -x none -o "$bin" "$@" >/dev/null 2>&1
+  local rc=$?
+  rm -f "$bin"
+  return $rc
+}
+unpack() { # unpack PACKAGE: its .deb from DEPS_DIR into DEPS_ROOT
+  local deb
+  deb=$(ls "$DEPS_DIR/$1"_*.deb 2>/dev/null | head -n 1)
+  [[ -n $deb ]] || { echo "deps: $1 is not in $DEPS_DIR (run tools/gpu_deps.sh)"; return 1; }
+  if command -v dpkg-deb >/dev/null; then
+    dpkg-deb -x "$deb" "$DEPS_ROOT"
+  else # ar + tar where dpkg is missing
+    local t member abs
+    t=$(mktemp -d)
+    abs=$(realpath "$deb")
+    member=$(ar t "$abs" | grep '^data\.tar')
+    (cd "$t" && ar x "$abs" "$member") && tar -xf "$t/$member" -C "$DEPS_ROOT"
+    rm -rf "$t"
+  fi
+}
+json_config=$(ls /usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake \
+  /usr/lib/*/cmake/nlohmann_json/nlohmann_jsonConfig.cmake /usr/lib*/cmake/nlohmann_json/nlohmann_jsonConfig.cmake \
+  /usr/local/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake \
+  /usr/local/lib*/cmake/nlohmann_json/nlohmann_jsonConfig.cmake 2>/dev/null | head -n 1)
+declare -A HAVE=()
+probe '#include <cblas.h>\nint main() { openblas_set_num_threads(1); return 0; }' -lopenblas && HAVE[openblas]=1
+probe '#include <openssl/evp.h>\nint main() { return EVP_sha256() ? 0 : 1; }' -lcrypto && HAVE[openssl]=1
+[[ -n $json_config ]] && probe '#include <nlohmann/json.hpp>\nint main() { return nlohmann::json(1).get<int>() - 1; }' &&
+  HAVE[nlohmann_json]=1
+probe '#include <gtest/gtest.h>\nTEST(a, b) {}' -lgtest -lgtest_main -pthread && HAVE[gtest]=1
+declare -a DEPS_CMAKE=() DEPS_INC=()
+deps_used=()
+if [[ -d $DEPS_DIR ]]; then
+  rm -rf "$DEPS_ROOT"
+  mkdir -p "$DEPS_ROOT"
+fi
+R=$DEPS_ROOT/usr
+for dep in openblas openssl nlohmann_json gtest; do
+  if [[ -n ${HAVE[$dep]:-} ]]; then
+    echo "deps: $dep from this machine"
+    continue
+  fi
+  if [[ ! -d $DEPS_DIR ]]; then
+    echo "deps: $dep MISSING on this machine and no $DEPS_DIR (run tools/gpu_deps.sh where apt works; carry it)"
+    continue
+  fi
+  case $dep in
+    openblas)
+      unpack libopenblas-pthread-dev || continue
+      DEPS_INC+=("$R/include/$MA/openblas-pthread")
+      DEPS_CMAKE+=(-DBLA_STATIC=ON "-DBLAS_openblas_LIBRARY=$R/lib/$MA/openblas-pthread/libopenblas.a;-lpthread;-lm")
+      ;;
+    openssl)
+      unpack libssl-dev || continue
+      DEPS_INC+=("$R/include/$MA") # openssl/configuration.h
+      DEPS_CMAKE+=(-DOPENSSL_USE_STATIC_LIBS=TRUE -DOPENSSL_ROOT_DIR="$R" -DOPENSSL_INCLUDE_DIR="$R/include"
+        -DOPENSSL_CRYPTO_LIBRARY="$R/lib/$MA/libcrypto.a" -DOPENSSL_SSL_LIBRARY="$R/lib/$MA/libssl.a")
+      ;;
+    nlohmann_json)
+      unpack nlohmann-json3-dev || continue
+      DEPS_CMAKE+=(-Dnlohmann_json_DIR="$R/share/cmake/nlohmann_json")
+      ;;
+    gtest)
+      unpack libgtest-dev || continue
+      DEPS_CMAKE+=(-DGTest_DIR="$R/lib/$MA/cmake/GTest")
+      ;;
+  esac
+  deps_used+=("$dep")
+  echo "deps: $dep from $DEPS_DIR (unpacked into $DEPS_ROOT)"
 done
+if ((${#deps_used[@]})); then
+  inc=$(IFS=';'; echo "${DEPS_INC[*]:-}")
+  [[ -n $inc ]] && DEPS_CMAKE+=(-DCMAKE_C_STANDARD_INCLUDE_DIRECTORIES="$inc"
+    -DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES="$inc" -DCMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES="$inc")
+  export LD_LIBRARY_PATH="$R/lib/$MA:$R/lib/$MA/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  EXTRA+=("${DEPS_CMAKE[@]}")
+fi
 
 built=0
 if stage configure 90 cmake -S . -B "$BUILD" "${GENERATOR[@]}" -DLAYERTAP_CORE_ONLY=ON \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "${EXTRA[@]}"; then
-  if stage build 240 cmake --build "$BUILD" -j "$JOBS" --target gpu_tests layertap_bench; then built=1; fi
+  if stage build "${BUILD_CAP_S:-240}" cmake --build "$BUILD" -j "$JOBS" --target gpu_tests layertap_bench; then built=1; fi
 else
   echo "configure failed: the core-only build needs cmake >= 3.25, nvcc, and the development files of"
-  echo "OpenBLAS (cblas.h), OpenSSL, nlohmann_json and GoogleTest; see the messages above."
+  echo "OpenBLAS (cblas.h), OpenSSL, nlohmann_json and GoogleTest (from this machine, or carried in"
+  echo ".gpu-deps by tools/gpu_deps.sh); see the 'deps:' lines and the messages above."
 fi
 
 if ((built)); then
