@@ -3,6 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <exception>
+
+#include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace layertap::gpu_test {
 
@@ -23,6 +27,38 @@ inline bool gpu_visible() {
     return false;
   }
   return true;
+}
+
+// Host-side argument check: counts a failure unless `f()` throws layertap::Error.
+template <class F>
+void expect_throw(int& failures, const char* what, F&& f) {
+  try {
+    f();
+    std::printf("FAIL: %s did not throw\n", what);
+    ++failures;
+  } catch (const layertap::Error& e) {
+    std::printf("ok   %s throws: %s\n", what, e.what());
+  }
+}
+
+// The shared main() of the kernel tests: host failures (checks run before this) fail the test even
+// where no GPU is visible; otherwise skips there. Runs `body(stream)` on a non-blocking stream,
+// adds the failure count it returns, prints PASS or FAILED (n); an exception prints FAIL and fails.
+template <class Body>
+int run_kernel_test(int host_failures, Body&& body) {
+  if (!gpu_visible()) return host_failures != 0 ? 1 : kSkip;
+  int failures = host_failures;
+  try {
+    cudaStream_t stream = nullptr;
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    failures += body(stream);
+    LT_CUDA_CHECK(cudaStreamDestroy(stream));
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace layertap::gpu_test

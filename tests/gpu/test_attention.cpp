@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <random>
 #include <vector>
 
@@ -128,11 +127,8 @@ int tile_checks() {
 }  // namespace
 
 int main() {
-  int failures = tile_checks();
-  if (!layertap::gpu_test::gpu_visible()) return failures != 0 ? 1 : layertap::gpu_test::kSkip;
-  try {
-    cudaStream_t stream = nullptr;
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return layertap::gpu_test::run_kernel_test(tile_checks(), [](cudaStream_t stream) {
+    int failures = 0;
     const std::vector<std::int64_t> mixed = {19, 1, 61, 7, 33};        // the golden samples
     const std::vector<std::int64_t> tiles = {64, 65, 1, 63, 128, 130};  // on and off the 64-token tile
     const std::vector<Case> cases = {
@@ -143,11 +139,6 @@ int main() {
     };
     std::uint64_t seed = 10001;
     for (const Case& c : cases) failures += run_case(c, seed++, stream);
-    LT_CUDA_CHECK(cudaStreamDestroy(stream));
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
-  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-  return failures == 0 ? 0 : 1;
+    return failures;
+  });
 }

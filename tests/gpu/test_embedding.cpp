@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <random>
 #include <vector>
 
@@ -58,10 +57,7 @@ int run_case(std::int64_t T, std::int64_t H, std::int64_t V, const std::vector<s
 }  // namespace
 
 int main() {
-  if (!layertap::gpu_test::gpu_visible()) return layertap::gpu_test::kSkip;
-  try {
-    cudaStream_t stream = nullptr;
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return layertap::gpu_test::run_kernel_test(0, [](cudaStream_t stream) {
     int failures = 0;
     std::uint64_t seed = 7001;
     for (const std::int64_t T : {1, 7, 129, 1000})
@@ -69,11 +65,6 @@ int main() {
     failures += run_case(300, 64, 128256, {}, seed++, stream);    // a Llama-3-sized vocabulary
     failures += run_case(50, 72, 160, {17, 3, 40}, seed++, stream);  // first bad position is 3
     failures += run_case(50, 13, 160, {0}, seed++, stream);
-    LT_CUDA_CHECK(cudaStreamDestroy(stream));
-    std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-    return failures == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
+    return failures;
+  });
 }

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <random>
 #include <vector>
 
@@ -87,29 +86,19 @@ int run_case(layertap::cuda::Gemm& gemm, const Case& c, std::uint64_t seed, cuda
 }  // namespace
 
 int main() {
-  if (!layertap::gpu_test::gpu_visible()) return layertap::gpu_test::kSkip;
-  try {
-    cudaStream_t stream = nullptr;
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return layertap::gpu_test::run_kernel_test(0, [](cudaStream_t stream) {
     int failures = 0;
-    {
-      layertap::cuda::DeviceMemory ws(layertap::cuda::Gemm::kWorkspaceBytes);
-      layertap::cuda::Gemm gemm(ws.data(), ws.bytes());
-      const std::vector<Case> cases = {
-          {1, 8, 8, false, 0},        {7, 100, 72, false, 0},      {7, 100, 72, true, 0},     // odd fixture sizes
-          {33, 180, 60, true, 0},     {61, 72, 100, false, 0},     {19, 216, 72, true, 0},    // qwen2 qkv with bias
-          {5, 30, 17, false, 1},      {130, 64, 56, true, 3},                                // misaligned x and y
-          {257, 6144, 4096, false, 0}, {1000, 4096, 4096, true, 0}, {512, 28672, 4096, false, 0},  // Llama-3-8B
-          {512, 4096, 14336, false, 0}, {4097, 1024, 512, false, 0},
-      };
-      std::uint64_t seed = 11001;
-      for (const Case& c : cases) failures += run_case(gemm, c, seed++, stream);
-    }
-    LT_CUDA_CHECK(cudaStreamDestroy(stream));
-    std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-    return failures == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
+    layertap::cuda::DeviceMemory ws(layertap::cuda::Gemm::kWorkspaceBytes);
+    layertap::cuda::Gemm gemm(ws.data(), ws.bytes());
+    const std::vector<Case> cases = {
+        {1, 8, 8, false, 0},        {7, 100, 72, false, 0},      {7, 100, 72, true, 0},     // odd fixture sizes
+        {33, 180, 60, true, 0},     {61, 72, 100, false, 0},     {19, 216, 72, true, 0},    // qwen2 qkv with bias
+        {5, 30, 17, false, 1},      {130, 64, 56, true, 3},                                // misaligned x and y
+        {257, 6144, 4096, false, 0}, {1000, 4096, 4096, true, 0}, {512, 28672, 4096, false, 0},  // Llama-3-8B
+        {512, 4096, 14336, false, 0}, {4097, 1024, 512, false, 0},
+    };
+    std::uint64_t seed = 11001;
+    for (const Case& c : cases) failures += run_case(gemm, c, seed++, stream);
+    return failures;
+  });
 }

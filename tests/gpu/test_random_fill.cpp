@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <vector>
 
 #include "gpu_compare.hpp"
@@ -58,20 +57,12 @@ int run_case(std::int64_t n, std::uint64_t seed, float offset, float scale, cuda
 }  // namespace
 
 int main() {
-  int failures = distribution_check();
-  if (!layertap::gpu_test::gpu_visible()) return failures != 0 ? 1 : layertap::gpu_test::kSkip;
-  try {
-    cudaStream_t stream = nullptr;
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return layertap::gpu_test::run_kernel_test(distribution_check(), [](cudaStream_t stream) {
+    int failures = 0;
     // Around the block size, and past the 2^16-block grid where the grid-stride loop takes over.
     for (const std::int64_t n : std::vector<std::int64_t>{1, 255, 256, 257, 100003, (std::int64_t(1) << 24) + 7})
       failures += run_case(n, 1234, 0.0f, 0.0625f, stream);
     failures += run_case(4096, 99, 1.0f, 0.1f, stream);  // norm weights
-    LT_CUDA_CHECK(cudaStreamDestroy(stream));
-    std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-    return failures == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
+    return failures;
+  });
 }

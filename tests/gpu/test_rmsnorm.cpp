@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -265,19 +264,11 @@ int check_argument_errors() {
   int failures = 0;
   auto* p = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x1000));
   auto* q = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x2000));
-  const auto expect_throw = [&](const char* what, auto&& f) {
-    try {
-      f();
-      std::printf("FAIL: %s did not throw\n", what);
-      ++failures;
-    } catch (const layertap::Error& e) {
-      std::printf("ok   %s throws: %s\n", what, e.what());
-    }
-  };
+  using layertap::gpu_test::expect_throw;
   using layertap::kernels::fused_residual_rmsnorm;
-  expect_throw("C=0", [&] { fused_residual_rmsnorm(p, q, nullptr, p, 1e-6f, 4, 0, nullptr); });
-  expect_throw("N<0", [&] { fused_residual_rmsnorm(p, q, nullptr, p, 1e-6f, -1, 8, nullptr); });
-  expect_throw("out==residual", [&] { fused_residual_rmsnorm(p, p, nullptr, q, 1e-6f, 4, 8, nullptr); });
+  expect_throw(failures, "C=0", [&] { fused_residual_rmsnorm(p, q, nullptr, p, 1e-6f, 4, 0, nullptr); });
+  expect_throw(failures, "N<0", [&] { fused_residual_rmsnorm(p, q, nullptr, p, 1e-6f, -1, 8, nullptr); });
+  expect_throw(failures, "out==residual", [&] { fused_residual_rmsnorm(p, p, nullptr, q, 1e-6f, 4, 8, nullptr); });
   // The reference itself on a case worked by hand: r = 2 + 1 = 3, var = 9, rstd = 1/3 (float),
   // y = 3 * rstd rounds to 1.0 in bf16, out = w = 0.5.
   const std::vector<bf16_bits> hand_x{float_to_bf16(1.0f)};
@@ -292,18 +283,10 @@ int check_argument_errors() {
 }  // namespace
 
 int main() {
-  int failures = check_argument_errors();
-  if (!layertap::gpu_test::gpu_visible()) return failures != 0 ? 1 : layertap::gpu_test::kSkip;
-  try {
-    cudaStream_t stream = nullptr;
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return layertap::gpu_test::run_kernel_test(check_argument_errors(), [](cudaStream_t stream) {
+    int failures = 0;
     std::uint64_t seed = 20240601;
     for (const Case& c : cases()) failures += run_case(c, seed++, stream);
-    LT_CUDA_CHECK(cudaStreamDestroy(stream));
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
-  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-  return failures == 0 ? 0 : 1;
+    return failures;
+  });
 }

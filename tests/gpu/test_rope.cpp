@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -138,30 +137,19 @@ int argument_checks() {
   auto* p = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x1000));
   auto* ip = reinterpret_cast<std::int32_t*>(std::uintptr_t(0x2000));
   auto* fp = reinterpret_cast<float*>(std::uintptr_t(0x3000));
-  const auto expect_throw = [&](const char* what, auto&& f) {
-    try {
-      f();
-      std::printf("FAIL: %s did not throw\n", what);
-      ++fails;
-    } catch (const layertap::Error& e) {
-      std::printf("ok   %s throws: %s\n", what, e.what());
-    }
-  };
+  using layertap::gpu_test::expect_throw;
   using layertap::kernels::qk_norm_rope;
-  expect_throw("odd head_dim", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 7, nullptr); });
-  expect_throw("q_norm without k_norm", [&] { qk_norm_rope(p, ip, fp, p, nullptr, 1e-6f, 4, 2, 2, 8, nullptr); });
-  expect_throw("no kv heads", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 0, 8, nullptr); });
+  expect_throw(fails, "odd head_dim", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 7, nullptr); });
+  expect_throw(fails, "q_norm without k_norm", [&] { qk_norm_rope(p, ip, fp, p, nullptr, 1e-6f, 4, 2, 2, 8, nullptr); });
+  expect_throw(fails, "no kv heads", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 0, 8, nullptr); });
   return fails;
 }
 
 }  // namespace
 
 int main() {
-  int failures = argument_checks();
-  if (!layertap::gpu_test::gpu_visible()) return failures != 0 ? 1 : layertap::gpu_test::kSkip;
-  try {
-    cudaStream_t stream = nullptr;
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return layertap::gpu_test::run_kernel_test(argument_checks(), [](cudaStream_t stream) {
+    int failures = 0;
     const std::vector<Case> cases = {
         {{1, 7, 64, 33}, 6, 2, 12, false, default_rope(10000.0), "default"},         // fixture llama
         {{19, 1, 61}, 4, 2, 14, false, llama3_rope(), "llama3"},                       // fixture llama3_rope
@@ -177,11 +165,6 @@ int main() {
     };
     std::uint64_t seed = 8101;
     for (const Case& c : cases) failures += run_case(c, seed++, stream);
-    LT_CUDA_CHECK(cudaStreamDestroy(stream));
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
-  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-  return failures == 0 ? 0 : 1;
+    return failures;
+  });
 }

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <random>
 #include <vector>
 
@@ -52,20 +51,12 @@ int run_case(std::int64_t T, std::int64_t I, std::uint64_t seed, cudaStream_t st
 }  // namespace
 
 int main() {
-  if (!layertap::gpu_test::gpu_visible()) return layertap::gpu_test::kSkip;
-  try {
-    cudaStream_t stream = nullptr;
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return layertap::gpu_test::run_kernel_test(0, [](cudaStream_t stream) {
     int failures = 0;
     std::uint64_t seed = 9001;
     for (const std::int64_t T : {1, 3, 257})
       for (const std::int64_t I : {1, 7, 8, 100, 108, 2048 + 8, 2048 + 3}) failures += run_case(T, I, seed++, stream);
     failures += run_case(64, 14336, seed++, stream);  // Llama-3-8B's intermediate size
-    LT_CUDA_CHECK(cudaStreamDestroy(stream));
-    std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-    return failures == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
+    return failures;
+  });
 }
