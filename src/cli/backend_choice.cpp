@@ -52,14 +52,17 @@ class CudaRankBackend final : public Backend {
 }  // namespace
 #endif
 
-std::string resolve_backend(const std::string& requested) {
+std::string resolve_backend(const std::string& requested, const ModelConfig& cfg) {
 #ifdef LAYERTAP_HAVE_CUDA
   const bool gpu_here = cuda::visible_device_count() > 0;
   const bool gpu_everywhere = !any_rank(!gpu_here);
-  if (requested == "auto") return gpu_everywhere ? "cuda" : "cpu";
+  // MLA, MoE and quantized weights have CPU parts only so far (the CUDA backend refuses them).
+  const bool cuda_parts = !cfg.mla && !cfg.moe && cfg.quant.method == QuantConfig::Method::None;
+  if (requested == "auto") return gpu_everywhere && cuda_parts ? "cuda" : "cpu";
   if (requested == "cuda") LT_CHECK(gpu_here, "--backend cuda: this rank sees no GPU (check CUDA_VISIBLE_DEVICES and the driver)");
   return requested;
 #else
+  (void)cfg;
   LT_CHECK(requested != "cuda", "--backend cuda: this build has no CUDA (configure with nvcc on PATH)");
   return "cpu";
 #endif

@@ -14,8 +14,9 @@
 namespace layertap {
 
 // Resolves --backend on every rank alike: "auto" is cuda when every rank sees a GPU (and this
-// build has CUDA), cpu otherwise. Throws for "cuda" in a build or on a machine without it.
-std::string resolve_backend(const std::string& requested);
+// build has CUDA) and the model has CUDA parts (not yet MLA, MoE or quantized weights), cpu
+// otherwise. Throws for "cuda" in a build or on a machine without it.
+std::string resolve_backend(const std::string& requested, const ModelConfig& cfg);
 
 // This rank's backend (its TP slice of the weights). `backend` is "cpu" or "cuda".
 std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,

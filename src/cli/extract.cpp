@@ -150,6 +150,7 @@ void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const Captu
                 {"hidden_size", cfg.hidden_size},
                 {"vocab_size", cfg.vocab_size},
                 {"checkpoint_dtype", dtype_name(cfg.torch_dtype)},
+                {"quantization", cfg.quant.describe()},
                 {"config_sha256", meta.config_sha256},
                 {"weights_fingerprint", meta.weights_fingerprint}};
   m["dataset"] = {{"path", fs::absolute(o.data).string()},
@@ -167,6 +168,7 @@ void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const Captu
               {"world_size", world.world_size},
               {"tp", world.tp},
               {"dp", world.dp},
+              {"moe_split", o.moe_split},
               {"max_batch_tokens", o.max_batch_tokens},
               {"seconds", seconds},
               {"tokens_per_s", tokens_per_s},
@@ -179,6 +181,17 @@ void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const Captu
            " tokens/s after loading) -> ", o.out);
 }
 
+// Kimi-K2.5 is multimodal; layertap runs its text model only, so a sample holding the media
+// placeholder (whose states would need the vision tower) is an error, never silently wrong states.
+void refuse_media_placeholders(const std::vector<io::Sample>& samples, const ModelConfig& cfg) {
+  if (cfg.media_placeholder_token_id < 0) return;
+  for (const io::Sample& s : samples)
+    for (std::size_t t = 0; t < s.input_ids.size(); ++t)
+      LT_CHECK(s.input_ids[t] != cfg.media_placeholder_token_id, "sample ", s.index, " (id '", s.id,
+               "') holds the media placeholder token ", cfg.media_placeholder_token_id, " at position ", t, ": ",
+               cfg.architecture, " is extracted as a text-only model; remove image/video samples from the dataset");
+}
+
 }  // namespace
 
 int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
@@ -188,17 +201,18 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const bool lead = world.world_rank == 0;  // logs progress, prepares --out, writes the manifest
   cpu::set_num_threads(o.threads);
   check_same_on_all_ranks("options", o.job_identity());
-  const std::string backend_name = resolve_backend(o.backend);
 
   // Everything a user can get wrong is checked before the weights are read.
   const fs::path out(o.out);
   const std::string config_path = (fs::path(o.model) / "config.json").string();
   const ModelConfig cfg = load_model_config(config_path);
-  const TpShard shard{world.tp_rank, world.tp};
+  const std::string backend_name = resolve_backend(o.backend, cfg);
+  const TpShard shard{world.tp_rank, world.tp, parse_moe_split(o.moe_split)};
   check_tp_divisibility(cfg, shard);
   const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
   // Every rank reads and validates the dataset (same errors everywhere) and keeps its group's part.
   const std::vector<io::Sample> samples = io::read_jsonl_dataset(o.data, cfg.vocab_size);
+  refuse_media_placeholders(samples, cfg);
   const std::string dataset_sha256 = sha256_file(o.data);
   check_same_on_all_ranks("dataset", dataset_sha256);
   std::vector<int64_t> lengths;

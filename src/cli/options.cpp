@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/error.hpp"
+#include "model/weights.hpp"
 
 namespace layertap {
 
@@ -24,6 +25,10 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "every rank sees a GPU and the build has CUDA, else cpu)")
       ("tp", po::value(&o.tp)->default_value(o.tp),
        "tensor-parallel size: ranks per model replica (consecutive ranks); the world size must be a multiple")
+      ("moe-split", po::value(&o.moe_split)->default_value(o.moe_split),
+       "MoE models under --tp: 'experts' gives each rank whole routed experts (expert parallelism inside "
+       "the group), 'intermediate' slices every expert along its intermediate size; shared experts and "
+       "dense MLPs are always sliced")
       ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens),
        "tokens packed into one forward pass; a longer sample is an error")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products per rank (0 = all cores)")
@@ -87,6 +92,7 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
            "' (auto, cpu or cuda)");
   LT_CHECK(o.store_dtype == "bfloat16" || o.store_dtype == "float32", "--store-dtype must be bfloat16 or float32, got '",
            o.store_dtype, "'");
+  parse_moe_split(o.moe_split);  // throws naming the value
   LT_CHECK(!(o.overwrite && o.resume), "--overwrite and --resume exclude each other");
   LT_CHECK(o.on_nonfinite == "fail" || o.on_nonfinite == "skip", "--on-nonfinite must be fail or skip, got '",
            o.on_nonfinite, "'");
@@ -95,7 +101,7 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
 
 std::string ExtractOptions::job_identity() const {
   return cat("model=", model, "\ndata=", data, "\nout=", out, "\ncapture=", capture, "\nbackend=", backend,
-             "\ntp=", tp, "\nmax-batch-tokens=", max_batch_tokens, "\nstore-dtype=", store_dtype,
+             "\ntp=", tp, "\nmoe-split=", moe_split, "\nmax-batch-tokens=", max_batch_tokens, "\nstore-dtype=", store_dtype,
              "\nshard-size-mib=", shard_size_mib, "\noverwrite=", overwrite, "\nresume=", resume,
              "\non-nonfinite=", on_nonfinite, "\n");
 }

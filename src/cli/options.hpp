@@ -14,6 +14,7 @@ struct ExtractOptions {
   std::string capture = "eagle3";
   std::string backend = "auto";
   int tp = 1;                    // tensor-parallel group size; world size / tp data-parallel groups
+  std::string moe_split = "experts";  // experts | intermediate: routed experts over the TP group
   int64_t max_batch_tokens = 8192;
   int threads = 0;               // OpenBLAS threads per rank; 0 = library default
   std::string store_dtype = "bfloat16";

@@ -8,11 +8,11 @@
 
 namespace layertap {
 
-enum class DType { F32, F16, BF16, I32, I64, U8 };
+enum class DType { F32, F16, BF16, I32, I64, U8, F8_E4M3 };
 
 std::size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);              // "float32", "float16", "bfloat16", ...
-DType dtype_from_safetensors(std::string_view s);  // "F32", "F16", "BF16", ...; throws on others
+std::string_view dtype_name(DType t);              // "float32", "float16", "bfloat16", "float8_e4m3fn", ...
+DType dtype_from_safetensors(std::string_view s);  // "F32", "F16", "BF16", "F8_E4M3", ...; throws on others
 DType parse_dtype(std::string_view s);             // "float32"/"fp32"/"bfloat16"/"bf16"/...
 
 // bf16 is the top half of an IEEE float32: widening is exact.
@@ -28,6 +28,23 @@ inline uint16_t float_to_bf16(float f) {
 
 // IEEE binary16 to float32, exact for all values including subnormals, Inf and NaN.
 float fp16_to_float(uint16_t h);
+
+// float32 to IEEE binary16, round to nearest even (subnormals included, overflow to Inf), as PyTorch
+// and CUDA do; NaN stays NaN (quiet).
+uint16_t float_to_fp16(float f);
+
+// float8_e4m3fn (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; subnormals; no Inf) to float32,
+// exact. 0x7f and 0xff are NaN, returned with the bits torch gives them (0x7ff00000, sign kept).
+constexpr float fp8_e4m3fn_to_float(uint8_t code) {
+  const uint32_t sign = uint32_t(code & 0x80u) << 24;
+  const uint32_t exponent = (code >> 3) & 0xfu;
+  const uint32_t mantissa = code & 0x7u;
+  if (exponent == 0xf && mantissa == 0x7) return std::bit_cast<float>(sign | 0x7ff00000u);
+  // Normal: rebias the exponent 7 -> 127.
+  if (exponent != 0) return std::bit_cast<float>(sign | (exponent + 120u) << 23 | mantissa << 20);
+  const float magnitude = float(mantissa) * 0x1p-9f;  // zero or subnormal: mantissa * 2^-9, exact
+  return sign ? -magnitude : magnitude;
+}
 
 // Convert `n` elements of type `t` at `src` into float32.
 void to_float(DType t, const void* src, float* dst, std::size_t n);

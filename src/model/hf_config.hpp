@@ -1,31 +1,74 @@
-// The subset of a Hugging Face config.json that the dense decoder families share, validated once.
+// The subset of a Hugging Face config.json that layertap's decoder families need, validated once.
+// A decoder layer is assembled from parts chosen here per layer: an attention part (GQA or MLA)
+// and an FFN part (dense SwiGLU or MoE); see DESIGN.md section 10.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "model/quant_config.hpp"
 
 namespace layertap {
 
 struct RopeConfig {
-  enum class Type { Default, Llama3 };
+  enum class Type { Default, Llama3, Yarn };
   Type type = Type::Default;
   double theta = 10000.0;
-  // llama3 frequency scaling (transformers' _compute_llama3_parameters)
-  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  // llama3 frequency scaling (transformers' _compute_llama3_parameters) and YaRN share these two.
+  double factor = 1.0;
   int64_t original_max_position_embeddings = 8192;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  // YaRN (transformers' _compute_yarn_parameters): ramp between the beta_fast/beta_slow dims;
+  // cos and sin are multiplied by attention_factor.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  double attention_factor = 1.0;
+  double mscale_all_dim = 0.0;  // DeepSeek: also scales the softmax (see MlaConfig::softmax_scale)
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2). Every head has its own k_nope and v from
+// kv_b_proj and shares one rope key; num_key_value_heads equals num_attention_heads.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0: q_proj reads the hidden state directly
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool rope_interleave = true;  // rope dims stored as pairs (x0, x1), (x2, x3), ...
+  bool bias = false;            // attention_bias: q_a_proj, kv_a_proj_with_mqa and o_proj
+  double softmax_scale = 0.0;   // qk_head_dim^-0.5, times the YaRN mscale squared
+  // transformers builds q_a_layernorm/kv_a_layernorm with DeepseekV3RMSNorm's default eps, not
+  // rms_norm_eps.
+  static constexpr double kLatentNormEps = 1e-6;
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+struct MoeConfig {
+  enum class Routing {
+    SigmoidGroupedTopk,  // DeepSeek noaux_tc: sigmoid, bias for selection, group-limited top-k
+    SoftmaxTopk,         // Qwen3-MoE
+  };
+  Routing routing = Routing::SoftmaxTopk;
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;
+  int64_t expert_intermediate_size = 0;  // moe_intermediate_size
+  int64_t num_shared_experts = 0;        // one shared MLP of num_shared * moe_intermediate_size
+  int64_t n_group = 1, topk_group = 1;
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+  bool score_bias = false;  // e_score_correction_bias present
 };
 
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   int64_t hidden_size = 0;
-  int64_t intermediate_size = 0;
+  int64_t intermediate_size = 0;  // dense MLP layers
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
+  int64_t head_dim = 0;  // GQA; for MLA the rope head dim
   int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
@@ -36,8 +79,16 @@ struct ModelConfig {
   std::vector<int64_t> sliding_window;  // [L] per layer; 0 = full causal attention
   DType torch_dtype = DType::F32;
 
+  std::optional<MlaConfig> mla;   // set: every layer's attention is MLA, else GQA
+  std::optional<MoeConfig> moe;   // set: the layers marked in moe_layers are MoE
+  std::vector<bool> moe_layers;   // [L] (empty for dense models)
+  std::string tensor_prefix = "model.";  // "language_model.model." for Kimi-K2.5
+  int64_t media_placeholder_token_id = -1;  // Kimi-K2.5: samples holding it are refused
+  QuantConfig quant;
+
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  bool is_moe_layer(int64_t i) const { return moe && moe_layers[std::size_t(i)]; }
 };
 
 // Parses and validates config.json; errors name the file and the key.

@@ -149,19 +149,13 @@ const TensorInfo& Checkpoint::info(const std::string& name) const {
   return it->second;
 }
 
-namespace {
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += cat(i ? ", " : "", s[i]);
   return out + "]";
 }
-}  // namespace
 
-namespace {
-// Drops a tensor's pages of the read-only mapping once it has been converted, so a rank's
-// resident memory holds its own slices and not the mapped file (a row-parallel slice touches
-// every page of its tensor). The pages come back from the file if read again.
-void release_pages(const TensorInfo& t) {
+void Checkpoint::release(const TensorInfo& t) const {
   static const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
   std::size_t bytes = dtype_size(t.dtype);
   for (int64_t d : t.shape) bytes *= std::size_t(d);
@@ -169,7 +163,6 @@ void release_pages(const TensorInfo& t) {
   const std::uintptr_t end = (std::uintptr_t(t.data) + bytes + page - 1) & ~(page - 1);
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure is harmless
 }
-}  // namespace
 
 void Checkpoint::check_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const {
   LT_CHECK(t.shape == shape, "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape),
@@ -186,35 +179,36 @@ std::vector<float> Checkpoint::read(const std::string& name, const std::vector<i
   for (int64_t d : shape) n *= std::size_t(d);
   std::vector<float> out(n);
   to_float(t.dtype, t.data, out.data(), n);
-  release_pages(t);
+  release(t);
   return out;
 }
 
 std::vector<float> Checkpoint::read_rows(const std::string& name, const std::vector<int64_t>& shape,
                                          int64_t row0, int64_t rows) const {
-  const TensorInfo& t = info(name);
-  check_shape(t, shape);
-  LT_CHECK(shape.size() == 2 && row0 >= 0 && rows >= 0 && row0 + rows <= shape[0], "tensor '", name,
-           "': row slice [", row0, ", ", row0 + rows, ") is outside ", shape_str(shape));
-  const std::size_t cols = std::size_t(shape[1]), esz = dtype_size(t.dtype);
-  std::vector<float> out(std::size_t(rows) * cols);
-  to_float(t.dtype, t.data + std::size_t(row0) * cols * esz, out.data(), out.size());
-  release_pages(t);
-  return out;
+  LT_CHECK(shape.size() == 2, "tensor '", name, "': a row slice needs a 2-D shape, not ", shape_str(shape));
+  return read_window(name, shape, row0, rows, 0, shape[1]);
 }
 
 std::vector<float> Checkpoint::read_cols(const std::string& name, const std::vector<int64_t>& shape,
                                          int64_t col0, int64_t cols) const {
+  LT_CHECK(shape.size() == 2, "tensor '", name, "': a column slice needs a 2-D shape, not ", shape_str(shape));
+  return read_window(name, shape, 0, shape[0], col0, cols);
+}
+
+std::vector<float> Checkpoint::read_window(const std::string& name, const std::vector<int64_t>& shape, int64_t row0,
+                                           int64_t rows, int64_t col0, int64_t cols) const {
   const TensorInfo& t = info(name);
   check_shape(t, shape);
-  LT_CHECK(shape.size() == 2 && col0 >= 0 && cols >= 0 && col0 + cols <= shape[1], "tensor '", name,
-           "': column slice [", col0, ", ", col0 + cols, ") is outside ", shape_str(shape));
-  const std::size_t rows = std::size_t(shape[0]), width = std::size_t(shape[1]), esz = dtype_size(t.dtype);
-  std::vector<float> out(rows * std::size_t(cols));
-  for (std::size_t r = 0; r < rows; ++r)
-    to_float(t.dtype, t.data + (r * width + std::size_t(col0)) * esz, out.data() + r * std::size_t(cols),
-             std::size_t(cols));
-  release_pages(t);
+  LT_CHECK(shape.size() == 2 && row0 >= 0 && rows >= 0 && row0 + rows <= shape[0], "tensor '", name,
+           "': row slice [", row0, ", ", row0 + rows, ") is outside ", shape_str(shape));
+  LT_CHECK(col0 >= 0 && cols >= 0 && col0 + cols <= shape[1], "tensor '", name, "': column slice [", col0, ", ",
+           col0 + cols, ") is outside ", shape_str(shape));
+  const std::size_t width = std::size_t(shape[1]), esz = dtype_size(t.dtype);
+  std::vector<float> out(std::size_t(rows) * std::size_t(cols));
+  for (std::size_t r = 0; r < std::size_t(rows); ++r)
+    to_float(t.dtype, t.data + ((std::size_t(row0) + r) * width + std::size_t(col0)) * esz,
+             out.data() + r * std::size_t(cols), std::size_t(cols));
+  release(t);
   return out;
 }
 

@@ -23,6 +23,8 @@ struct TensorInfo {
 
 class SafetensorsFile;  // one mapped file
 
+std::string shape_str(const std::vector<int64_t>& shape);  // "[2, 3]"
+
 // The safetensors files of a model directory: the files named by model.safetensors.index.json
 // when present, else model.safetensors. Throws naming what is missing.
 std::vector<std::string> checkpoint_files(const std::string& model_dir);
@@ -45,13 +47,20 @@ class Checkpoint {
   // Columns [col0, col0 + cols) of a 2-D tensor of shape `shape`: [shape[0], cols] float32.
   std::vector<float> read_cols(const std::string& name, const std::vector<int64_t>& shape,
                                int64_t col0, int64_t cols) const;
+  // Rows [row0, row0 + rows) x columns [col0, col0 + cols) of a 2-D float tensor: [rows, cols].
+  std::vector<float> read_window(const std::string& name, const std::vector<int64_t>& shape, int64_t row0,
+                                 int64_t rows, int64_t col0, int64_t cols) const;
+
+  // Drops the mapped pages of a tensor that has been converted: a rank's resident memory then
+  // holds its own slices, not the file (the pages come back from the file if read again).
+  void release(const TensorInfo& t) const;
 
   // SHA-256 over every file's name, size and JSON header: identifies the weights without reading them.
   const std::string& fingerprint() const { return fingerprint_; }
   const std::vector<std::string>& files() const { return files_; }
 
  private:
-  void check_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const;
+  void check_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const;  // and a float dtype
   std::vector<std::unique_ptr<SafetensorsFile>> mapped_;
   std::map<std::string, TensorInfo> tensors_;
   std::vector<std::string> files_;

@@ -1,8 +1,11 @@
-// A dense decoder's weights as held by one tensor-parallel rank, in float32 on the host.
-// Column-parallel layers (q/k/v, gate/up) keep a slice of output rows; row-parallel layers
-// (o, down) keep a slice of input columns and are followed by one all-reduce.
+// A decoder's weights as held by one tensor-parallel rank, in float32 on the host.
+// Column-parallel layers (q/k/v, gate/up, MLA q_b/kv_b) keep a slice of output rows; row-parallel
+// layers (o, down) keep a slice of input columns and are followed by one all-reduce. MoE layers
+// hold whole experts (expert parallel) or every expert's intermediate slice.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "model/hf_config.hpp"
@@ -10,9 +13,18 @@
 
 namespace layertap {
 
+// How the routed experts of a MoE layer are laid out over a tensor-parallel group.
+enum class MoeSplit {
+  Experts,       // whole experts: rank r holds experts [r*E/tp, (r+1)*E/tp)
+  Intermediate,  // every expert, sliced along moe_intermediate_size like a dense MLP
+};
+MoeSplit parse_moe_split(const std::string& s);  // "experts" | "intermediate"
+const char* moe_split_name(MoeSplit s);
+
 struct TpShard {
   int rank = 0;
   int size = 1;
+  MoeSplit moe_split = MoeSplit::Experts;
 };
 
 struct Linear {
@@ -21,21 +33,44 @@ struct Linear {
   std::vector<float> b;     // [out] or empty
 };
 
+// Grouped-query attention (Llama, Mistral, Qwen2/3, Qwen3-MoE).
 struct AttentionWeights {
   int64_t heads = 0, kv_heads = 0;  // local counts
   Linear q, k, v, o;                // q: [heads*hd, H], k/v: [kv_heads*hd, H], o: [H, heads*hd]
   std::vector<float> q_norm, k_norm;  // [hd] (Qwen3) or empty
 };
 
+// Multi-head latent attention on this rank's heads (qk = nope + rope dims per head).
+struct MlaWeights {
+  int64_t heads = 0;             // local
+  Linear q;                      // q_lora_rank 0: q_proj [heads*qk, H]
+  Linear q_a;                    // replicated [q_lora, H]
+  std::vector<float> q_a_norm;   // [q_lora]
+  Linear q_b;                    // [heads*qk, q_lora]
+  Linear kv_a;                   // replicated kv_a_proj_with_mqa [kv_lora + rope, H]
+  std::vector<float> kv_a_norm;  // [kv_lora]
+  Linear kv_b;                   // [heads*(nope+v), kv_lora]
+  Linear o;                      // row-parallel [H, heads*v]
+};
+
 struct MlpWeights {
   Linear gate, up, down;  // gate/up: [I/tp, H], down: [H, I/tp]
+};
+
+struct MoeWeights {
+  Linear router;                  // [E, H], replicated (float32 logits, as transformers)
+  std::vector<float> score_bias;  // [E] e_score_correction_bias, or empty
+  int64_t first_expert = 0;       // experts[i] is expert first_expert + i
+  std::vector<MlpWeights> experts;  // this rank's experts (whole or intermediate slices)
+  bool has_shared = false;
+  MlpWeights shared;              // shared experts as one MLP, intermediate-sliced
 };
 
 struct LayerWeights {
   std::vector<float> input_norm;      // [H]
   std::vector<float> post_attn_norm;  // [H]
-  AttentionWeights attn;
-  MlpWeights mlp;
+  std::variant<AttentionWeights, MlaWeights> attn;
+  std::variant<MlpWeights, MoeWeights> ffn;
 };
 
 struct ModelWeights {
@@ -44,10 +79,13 @@ struct ModelWeights {
   std::vector<float> final_norm;  // [H]
 };
 
-// Checks that `shard` divides heads, kv heads and intermediate size; throws naming the numbers.
+// Checks, before any weight is read, that `shard` divides what it splits: heads, kv heads,
+// intermediate sizes, routed experts (or their intermediate size), and that every slice starts and
+// ends on an FP8 block or INT4 group boundary. Throws naming the numbers.
 void check_tp_divisibility(const ModelConfig& c, const TpShard& shard);
 
-// Reads this rank's slice of every tensor the capture needs (the LM head is never read).
+// Reads this rank's slice of every tensor the capture needs (the LM head, multi-token-prediction
+// layers and vision tower are never read), decoding quantized weights to float32.
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const TpShard& shard);
 
 }  // namespace layertap

@@ -70,7 +70,9 @@ TEST_P(Golden, EveryPointOfEverySampleMatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
-                         ::testing::Values("llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"),
+                         ::testing::Values("llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp",
+                                           "deepseek_v3", "kimi_k2", "deepseek_v3_noqlora", "kimi_k25_int4",
+                                           "deepseek_v3_fp8", "qwen3_moe"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

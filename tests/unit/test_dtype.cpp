@@ -41,8 +41,42 @@ TEST(Dtype, ParsesNamesAndRejectsOthers) {
   EXPECT_EQ(parse_dtype("bf16"), DType::BF16);
   EXPECT_EQ(parse_dtype("float32"), DType::F32);
   EXPECT_EQ(dtype_from_safetensors("F16"), DType::F16);
-  EXPECT_THROW(dtype_from_safetensors("F8_E4M3"), Error);
+  EXPECT_THROW(dtype_from_safetensors("F8_E5M2"), Error);
   EXPECT_THROW(parse_dtype("int4"), Error);
+}
+
+TEST(Dtype, Float8E4M3IsAOneByteSafetensorsType) {
+  EXPECT_EQ(dtype_from_safetensors("F8_E4M3"), DType::F8_E4M3);
+  EXPECT_EQ(dtype_size(DType::F8_E4M3), 1u);
+  EXPECT_EQ(dtype_name(DType::F8_E4M3), "float8_e4m3fn");
+  EXPECT_THROW(parse_dtype("float8_e4m3fn"), Error);  // not a type hidden states are stored in
+  const uint8_t codes[] = {0x38, 0xb8, 0x7e, 0x01};     // 1, -1, 448, 2^-9
+  float values[4];
+  to_float(DType::F8_E4M3, codes, values, 4);
+  EXPECT_EQ(values[0], 1.0f);
+  EXPECT_EQ(values[1], -1.0f);
+  EXPECT_EQ(values[2], 448.0f);
+  EXPECT_EQ(values[3], std::ldexp(1.0f, -9));
+}
+
+TEST(Dtype, Fp16RoundsToNearestEven) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {  // every half but NaN survives a round trip, -0 included
+    const float f = fp16_to_float(uint16_t(h));
+    if (!std::isnan(f)) {
+      EXPECT_EQ(float_to_fp16(f), h);
+    }
+  }
+  EXPECT_EQ(float_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie to even: down
+  EXPECT_EQ(float_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie to even: up
+  EXPECT_EQ(float_to_fp16(65519.0f), 0x7bff);
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);  // the tie above the largest half overflows
+  EXPECT_EQ(float_to_fp16(-1e10f), 0xfc00);
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // half the smallest subnormal: to even
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 subnormal steps: to even
+  EXPECT_EQ(float_to_fp16(-std::ldexp(1.0f, -26)), 0x8000);
+  EXPECT_EQ(float_to_fp16(std::ldexp(2047.0f, -25)), 0x0400);  // rounds up into the smallest normal
+  EXPECT_TRUE(std::isnan(fp16_to_float(float_to_fp16(std::nanf("")))));
 }
 
 }  // namespace layertap

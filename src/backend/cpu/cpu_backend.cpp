@@ -2,13 +2,21 @@
 
 #include <cstring>
 
+#include "backend/cpu/mla.hpp"
+#include "backend/cpu/moe.hpp"
 #include "backend/cpu/ops.hpp"
 #include "core/error.hpp"
 
 namespace layertap {
 
+namespace {
+cpu::Rope::Layout rope_layout(const ModelConfig& c) {
+  return c.mla && c.mla->rope_interleave ? cpu::Rope::Layout::Interleaved : cpu::Rope::Layout::HalfSplit;
+}
+}  // namespace
+
 CpuBackend::CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm)
-    : c_(std::move(config)), w_(std::move(weights)), comm_(comm), rope_(c_.rope, c_.head_dim) {
+    : c_(std::move(config)), w_(std::move(weights)), comm_(comm), rope_(c_.rope, c_.head_dim, rope_layout(c_)) {
   LT_CHECK(int64_t(w_.layers.size()) == c_.num_layers, "weights hold ", w_.layers.size(),
            " layers, the config ", c_.num_layers);
 }
@@ -17,7 +25,16 @@ CpuBackend::CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm)
 // h: [T, H] normed input -> out: [T, H]
 void CpuBackend::attention(const LayerWeights& l, const float* h, int64_t T, const std::vector<int64_t>& offsets,
                            int64_t window, float* out) {
-  const AttentionWeights& a = l.attn;
+  if (const auto* mla = std::get_if<MlaWeights>(&l.attn))
+    cpu::mla_attention(*c_.mla, *mla, rope_, h, T, offsets, out);
+  else
+    gqa(std::get<AttentionWeights>(l.attn), h, T, offsets, window, out);
+  comm_.all_reduce_sum(out, std::size_t(T * c_.hidden_size));
+}
+
+// Grouped-query attention: h [T, H] -> out [T, H], this rank's heads' share of o_proj.
+void CpuBackend::gqa(const AttentionWeights& a, const float* h, int64_t T, const std::vector<int64_t>& offsets,
+                     int64_t window, float* out) {
   const int64_t hd = c_.head_dim;
   std::vector<float> q(std::size_t(T * a.q.out)), k(std::size_t(T * a.k.out)), v(std::size_t(T * a.v.out));
   cpu::linear(h, T, a.q, q.data());  // [T, heads*hd]
@@ -33,17 +50,15 @@ void CpuBackend::attention(const LayerWeights& l, const float* h, int64_t T, con
   std::vector<float> ctx(std::size_t(T * a.q.out));  // [T, heads*hd]
   cpu::causal_attention(q.data(), k.data(), v.data(), ctx.data(), offsets, a.heads, a.kv_heads, hd, window);
   cpu::linear(ctx.data(), T, a.o, out);  // [T, H] partial sum over this rank's heads
-  comm_.all_reduce_sum(out, std::size_t(T * c_.hidden_size));
 }
 
-// SwiGLU MLP on this rank's slice of the intermediate size, then the all-reduce of down_proj.
-void CpuBackend::mlp(const LayerWeights& l, const float* h, int64_t T, float* out) {
-  const MlpWeights& m = l.mlp;
-  std::vector<float> gate(std::size_t(T * m.gate.out)), up(std::size_t(T * m.up.out));  // [T, I/tp]
-  cpu::linear(h, T, m.gate, gate.data());
-  cpu::linear(h, T, m.up, up.data());
-  cpu::swiglu(gate.data(), up.data(), gate.data(), T * m.gate.out);
-  cpu::linear(gate.data(), T, m.down, out);  // [T, H] partial sum
+// The FFN part on this rank's share (dense: its intermediate slice; MoE: its experts and its slice
+// of the shared experts), then the one all-reduce that sums the shares. h, out: [T, H]
+void CpuBackend::ffn(const LayerWeights& l, const float* h, int64_t T, float* out) {
+  if (const auto* moe = std::get_if<MoeWeights>(&l.ffn))
+    cpu::moe_ffn(*c_.moe, *moe, h, T, c_.hidden_size, out);
+  else
+    cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out);
   comm_.all_reduce_sum(out, std::size_t(T * c_.hidden_size));
 }
 
@@ -92,7 +107,7 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
     attention(l, h.data(), T, batch.offsets, c_.sliding_window[std::size_t(i)], delta.data());
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
     cpu::rms_norm(x.data(), l.post_attn_norm.data(), h.data(), T, H, eps);
-    mlp(l, h.data(), T, delta.data());
+    ffn(l, h.data(), T, delta.data());
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
   }
   capture(L, x);

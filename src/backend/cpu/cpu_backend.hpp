@@ -1,4 +1,5 @@
-// Float32 CPU backend: the reference forward pass, OpenBLAS for the matrix products.
+// Float32 CPU backend: the reference forward pass, OpenBLAS for the matrix products. A layer is
+// assembled from parts: GQA or MLA attention, dense or MoE FFN.
 #pragma once
 #include <memory>
 
@@ -19,9 +20,12 @@ class CpuBackend final : public Backend {
                                               DType dtype) override;
 
  private:
+  // The parts of one decoder layer; each ends in the one all-reduce of its row-parallel output.
   void attention(const LayerWeights& l, const float* h, int64_t T, const std::vector<int64_t>& offsets,
                  int64_t window, float* out);
-  void mlp(const LayerWeights& l, const float* h, int64_t T, float* out);
+  void gqa(const AttentionWeights& a, const float* h, int64_t T, const std::vector<int64_t>& offsets,
+           int64_t window, float* out);
+  void ffn(const LayerWeights& l, const float* h, int64_t T, float* out);
 
   ModelConfig c_;
   ModelWeights w_;

@@ -42,11 +42,50 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
-Rope::Rope(const RopeConfig& cfg, int64_t head_dim) : hd_(head_dim), inv_freq_(std::size_t(head_dim / 2)) {
-  // Same float32 steps as transformers: inv_freq = 1 / theta^(2i/hd).
+namespace {
+
+// transformers' _compute_yarn_parameters, float32 where it computes in float32: frequencies
+// between the beta_fast and beta_slow correction dims ramp from extrapolated (kept) to
+// interpolated (divided by factor).
+void apply_yarn(const RopeConfig& cfg, int64_t dim, std::vector<float>& inv_freq) {
+  const double base = cfg.theta, orig = double(cfg.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return double(dim) * std::log(orig / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+  };
+  double low = correction_dim(cfg.beta_fast), high = correction_dim(cfg.beta_slow);
+  if (cfg.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dim - 1));
+  if (low == high) high += 0.001;  // prevents a division by zero, as transformers does
+  const float factor = float(cfg.factor);
+  for (std::size_t i = 0; i < inv_freq.size(); ++i) {
+    const float pos_freq = std::pow(float(base), float(2 * i) / float(dim));
+    const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+    const float ramp = std::clamp((float(i) - float(low)) / float(high - low), 0.0f, 1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    inv_freq[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
+}
+
+}  // namespace
+
+void mlp(const MlpWeights& m, const float* x, int64_t T, float* y) {
+  std::vector<float> gate(std::size_t(T * m.gate.out)), up(std::size_t(T * m.up.out));  // [T, I_local]
+  linear(x, T, m.gate, gate.data());
+  linear(x, T, m.up, up.data());
+  swiglu(gate.data(), up.data(), gate.data(), T * m.gate.out);
+  linear(gate.data(), T, m.down, y);  // [T, H]
+}
+
+Rope::Rope(const RopeConfig& cfg, int64_t dim, Layout layout)
+    : dim_(dim), layout_(layout), inv_freq_(std::size_t(dim / 2)) {
+  // Same float32 steps as transformers: inv_freq = 1 / theta^(2i/dim).
   const float theta = float(cfg.theta);
-  for (int64_t i = 0; i < hd_ / 2; ++i)
-    inv_freq_[std::size_t(i)] = 1.0f / std::pow(theta, float(2 * i) / float(hd_));
+  for (int64_t i = 0; i < dim_ / 2; ++i)
+    inv_freq_[std::size_t(i)] = 1.0f / std::pow(theta, float(2 * i) / float(dim_));
   if (cfg.type == RopeConfig::Type::Llama3) {
     // Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
     const float factor = float(cfg.factor), lo = float(cfg.low_freq_factor), hi = float(cfg.high_freq_factor);
@@ -61,22 +100,33 @@ Rope::Rope(const RopeConfig& cfg, int64_t head_dim) : hd_(head_dim), inv_freq_(s
         f = (1.0f - smooth) * f / factor + smooth * f;
       }
     }
+  } else if (cfg.type == RopeConfig::Type::Yarn) {
+    apply_yarn(cfg, dim_, inv_freq_);
+    attention_factor_ = float(cfg.attention_factor);
   }
 }
 
 void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets) const {
-  const int64_t half = hd_ / 2;
+  const int64_t half = dim_ / 2;
   std::vector<float> cos_t(static_cast<std::size_t>(half)), sin_t(static_cast<std::size_t>(half));
+  std::vector<float> pairs(static_cast<std::size_t>(dim_));
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
     for (int64_t t = offsets[s]; t < offsets[s + 1]; ++t) {
       const float pos = float(t - offsets[s]);
       for (int64_t i = 0; i < half; ++i) {
         const float angle = pos * inv_freq_[std::size_t(i)];
-        cos_t[std::size_t(i)] = std::cos(angle);
-        sin_t[std::size_t(i)] = std::sin(angle);
+        cos_t[std::size_t(i)] = std::cos(angle) * attention_factor_;
+        sin_t[std::size_t(i)] = std::sin(angle) * attention_factor_;
       }
       for (int64_t h = 0; h < heads; ++h) {
-        float* v = x + (t * heads + h) * hd_;
+        float* v = x + (t * heads + h) * dim_;
+        if (layout_ == Layout::Interleaved) {  // de-interleave: evens to the first half, odds to the second
+          for (int64_t i = 0; i < half; ++i) {
+            pairs[std::size_t(i)] = v[2 * i];
+            pairs[std::size_t(half + i)] = v[2 * i + 1];
+          }
+          std::copy(pairs.begin(), pairs.end(), v);
+        }
         for (int64_t i = 0; i < half; ++i) {
           const float a = v[i], b = v[i + half];
           const float c = cos_t[std::size_t(i)], sn = sin_t[std::size_t(i)];
@@ -89,24 +139,24 @@ void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets) c
 }
 
 void causal_attention(const float* q, const float* k, const float* v, float* out,
-                      const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads, int64_t hd,
-                      int64_t window) {
+                      const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads, int64_t qk_dim,
+                      int64_t v_dim, float scale, int64_t window) {
   LT_CHECK(kv_heads > 0 && heads % kv_heads == 0, "attention: ", heads, " query heads for ", kv_heads,
            " key/value heads");
   const int64_t group = heads / kv_heads;
-  const int qs = int(heads * hd), ks = int(kv_heads * hd);  // row strides of q/out and k/v
-  const float scale = 1.0f / std::sqrt(float(hd));
+  // row strides of q, k, v and out
+  const int qs = int(heads * qk_dim), ks = int(kv_heads * qk_dim), vs = int(kv_heads * v_dim), os = int(heads * v_dim);
   std::vector<float> scores;
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
     const int64_t t0 = offsets[s], n = offsets[s + 1] - t0;
     scores.resize(std::size_t(n * n));
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = h / group;
-      const float* qh = q + t0 * qs + h * hd;
-      const float* kh = k + t0 * ks + g * hd;
-      const float* vh = v + t0 * ks + g * hd;
-      // scores [n, n] = q_h [n, hd] @ k_g^T, scaled
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(n), int(hd), scale, qh, qs, kh, ks,
+      const float* qh = q + t0 * qs + h * qk_dim;
+      const float* kh = k + t0 * ks + g * qk_dim;
+      const float* vh = v + t0 * vs + g * v_dim;
+      // scores [n, n] = q_h [n, qk] @ k_g^T, scaled
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(n), int(qk_dim), scale, qh, qs, kh, ks,
                   0.0f, scores.data(), int(n));
       for (int64_t i = 0; i < n; ++i) {
         float* row = scores.data() + i * n;
@@ -121,11 +171,17 @@ void causal_attention(const float* q, const float* k, const float* v, float* out
         }
         for (int64_t j = first; j <= i; ++j) row[j] /= sum;
       }
-      // out_h [n, hd] = probs [n, n] @ v_g [n, hd]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(hd), int(n), 1.0f, scores.data(),
-                  int(n), vh, ks, 0.0f, out + t0 * qs + h * hd, qs);
+      // out_h [n, v] = probs [n, n] @ v_g [n, v]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(v_dim), int(n), 1.0f, scores.data(),
+                  int(n), vh, vs, 0.0f, out + t0 * os + h * v_dim, os);
     }
   }
+}
+
+void causal_attention(const float* q, const float* k, const float* v, float* out,
+                      const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads, int64_t hd,
+                      int64_t window) {
+  causal_attention(q, k, v, out, offsets, heads, kv_heads, hd, hd, 1.0f / std::sqrt(float(hd)), window);
 }
 
 }  // namespace layertap::cpu

@@ -21,22 +21,39 @@ void linear(const float* x, int64_t T, const Linear& l, float* y);
 // out[i] = silu(gate[i]) * up[i]
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 
-// Rotary embedding (half-split rotation, as HF's rotate_half) with default or llama3 frequencies.
+// y [T, H] = down(silu(gate(x)) * up(x)) for x [T, H], on whatever slice of the intermediate size
+// `m` holds (the caller all-reduces a sliced result).
+void mlp(const MlpWeights& m, const float* x, int64_t T, float* y);
+
+// Rotary embedding with default, llama3 or YaRN frequencies (YaRN also scales cos and sin by its
+// attention factor). Half-split layout (HF's rotate_half) pairs x[i] with x[i + d/2]; the
+// interleaved layout (DeepSeek's rope_interleave) pairs x[2i] with x[2i+1] and, as transformers
+// does, writes the rotated pairs back half-split: [x0', x2', ..., x1', x3', ...].
 class Rope {
  public:
-  Rope(const RopeConfig& cfg, int64_t head_dim);
-  // x: [T, heads * hd]; position of token t is t - offsets[s] for the sample s that holds it.
+  enum class Layout { HalfSplit, Interleaved };
+  Rope(const RopeConfig& cfg, int64_t dim, Layout layout = Layout::HalfSplit);
+  // x: [T, heads * dim]; position of token t is t - offsets[s] for the sample s that holds it.
   void apply(float* x, int64_t heads, const std::vector<int64_t>& offsets) const;
-  const std::vector<float>& inv_freq() const { return inv_freq_; }  // [hd/2]
+  const std::vector<float>& inv_freq() const { return inv_freq_; }  // [dim/2]
+  float attention_factor() const { return attention_factor_; }
 
  private:
-  int64_t hd_;
+  int64_t dim_;
+  Layout layout_;
+  float attention_factor_ = 1.0f;
   std::vector<float> inv_freq_;
 };
 
-// Causal GQA attention over a packed batch, never across samples.
-// q: [T, heads*hd], k, v: [T, kv_heads*hd] -> out: [T, heads*hd]. window > 0 keeps only the
-// last `window` keys (the query's own position included), as HF's sliding-window mask.
+// Causal attention over a packed batch, never across samples, with scores scaled by `scale`.
+// q: [T, heads*qk_dim], k: [T, kv_heads*qk_dim], v: [T, kv_heads*v_dim] -> out: [T, heads*v_dim].
+// window > 0 keeps only the last `window` keys (the query's own position included), as HF's
+// sliding-window mask.
+void causal_attention(const float* q, const float* k, const float* v, float* out,
+                      const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads, int64_t qk_dim,
+                      int64_t v_dim, float scale, int64_t window);
+
+// The dense decoders' case: qk_dim = v_dim = hd, scale hd^-0.5.
 void causal_attention(const float* q, const float* k, const float* v, float* out,
                       const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads,
                       int64_t hd, int64_t window);

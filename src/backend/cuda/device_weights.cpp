@@ -84,12 +84,13 @@ DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& hos
     const LayerWeights& hl = host.layers[i];
     const DeviceLayer& dl = w.layers[i];
     const std::string p = cat("layers.", i, ".");
-    const AttentionWeights& a = hl.attn;
+    const AttentionWeights& a = std::get<AttentionWeights>(hl.attn);
+    const MlpWeights& mlp = std::get<MlpWeights>(hl.ffn);
     LT_CHECK(a.heads == s.heads && a.kv_heads == s.kv_heads, "cuda backend: ", p, "self_attn holds ", a.heads,
              " query and ", a.kv_heads, " kv heads, this rank's shape ", s.heads, " and ", s.kv_heads);
-    for (const Linear* l : {&a.q, &a.k, &a.v, &hl.mlp.gate, &hl.mlp.up})
+    for (const Linear* l : {&a.q, &a.k, &a.v, &mlp.gate, &mlp.up})
       LT_CHECK(l->in == H, "cuda backend: ", p, " column-parallel weight has ", l->in, " inputs, hidden size ", H);
-    LT_CHECK(a.o.out == H && hl.mlp.down.out == H, "cuda backend: ", p, " o/down_proj must have ", H, " outputs");
+    LT_CHECK(a.o.out == H && mlp.down.out == H, "cuda backend: ", p, " o/down_proj must have ", H, " outputs");
     Upload().add(hl.input_norm, H, p + "input_layernorm").to(dl.input_norm);
     Upload().add(hl.post_attn_norm, H, p + "post_attention_layernorm").to(dl.post_attn_norm);
     if (s.qk_norm) {
@@ -112,17 +113,17 @@ DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& hos
     Upload().add(a.o.w, H * s.q_dim(), p + "self_attn.o_proj").to(dl.o.w);
     check_bias(a.o, s.o_bias, p + "self_attn.o_proj");
     if (s.o_bias) Upload().add(a.o.b, H, p + "self_attn.o_proj.bias").to(dl.o.b);
-    Upload().add(hl.mlp.gate.w, I * H, p + "mlp.gate_proj").add(hl.mlp.up.w, I * H, p + "mlp.up_proj").to(dl.gate_up.w);
-    check_bias(hl.mlp.gate, s.mlp_bias, p + "mlp.gate_proj");
+    Upload().add(mlp.gate.w, I * H, p + "mlp.gate_proj").add(mlp.up.w, I * H, p + "mlp.up_proj").to(dl.gate_up.w);
+    check_bias(mlp.gate, s.mlp_bias, p + "mlp.gate_proj");
     if (s.mlp_bias) {
       Upload()
-          .add(hl.mlp.gate.b, I, p + "mlp.gate_proj.bias")
-          .add(hl.mlp.up.b, I, p + "mlp.up_proj.bias")
+          .add(mlp.gate.b, I, p + "mlp.gate_proj.bias")
+          .add(mlp.up.b, I, p + "mlp.up_proj.bias")
           .to(dl.gate_up.b);
     }
-    Upload().add(hl.mlp.down.w, H * I, p + "mlp.down_proj").to(dl.down.w);
-    check_bias(hl.mlp.down, s.down_bias, p + "mlp.down_proj");
-    if (s.down_bias) Upload().add(hl.mlp.down.b, H, p + "mlp.down_proj.bias").to(dl.down.b);
+    Upload().add(mlp.down.w, H * I, p + "mlp.down_proj").to(dl.down.w);
+    check_bias(mlp.down, s.down_bias, p + "mlp.down_proj");
+    if (s.down_bias) Upload().add(mlp.down.b, H, p + "mlp.down_proj.bias").to(dl.down.b);
   }
   return w;
 }

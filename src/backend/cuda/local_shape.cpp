@@ -2,9 +2,16 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
+
 namespace layertap::cuda {
 
 LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s) {
+  // MLA and MoE parts exist on the CPU backend only, so far.
+  LT_CHECK(!c.mla && !c.moe, "cuda backend: ", c.architecture, " (", c.mla ? "MLA attention" : "MoE",
+           ") runs on the CPU backend only in this version; use --backend cpu");
+  LT_CHECK(c.quant.method == QuantConfig::Method::None, "cuda backend: quantized checkpoints (",
+           c.quant.describe(), ") run on the CPU backend only in this version; use --backend cpu");
   check_tp_divisibility(c, s);
   LocalShape l;
   l.hidden = c.hidden_size;

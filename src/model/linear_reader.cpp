@@ -1,0 +1,89 @@
+#include "model/linear_reader.hpp"
+
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace layertap {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_tensor(const TensorInfo& t, const std::vector<DType>& dtypes, const std::vector<int64_t>& shape,
+                  const char* why) {
+  bool dtype_ok = false;
+  std::string names;
+  for (DType d : dtypes) {
+    dtype_ok |= t.dtype == d;
+    names += cat(names.empty() ? "" : " or ", dtype_name(d));
+  }
+  LT_CHECK(dtype_ok, "tensor '", t.name, "' in '", t.file, "' has dtype ", dtype_name(t.dtype), ", ", why, " needs ",
+           names);
+  LT_CHECK(t.shape == shape, "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape), ", ", why,
+           " needs ", shape_str(shape));
+}
+}  // namespace
+
+std::vector<float> LinearReader::read(const std::string& module, int64_t out, int64_t in,
+                                      const quant::Window& win) const {
+  if (quant_.int4_packed(module)) return read_int4(module, out, in, win);
+  const std::string name = module + ".weight";
+  if (ck_.has(name) && ck_.info(name).dtype == DType::F8_E4M3) return read_fp8(module, out, in, win);
+  if (!ck_.has(name) && ck_.has(module + ".weight_packed"))
+    LT_FAIL("module '", module, "' is stored int4-packed (weight_packed) but the config's quantization_config (",
+            quant_.describe(), ") does not quantize it");
+  return ck_.read_window(name, {out, in}, win.row0, win.rows, win.col0, win.cols);
+}
+
+std::vector<float> LinearReader::read_fp8(const std::string& module, int64_t out, int64_t in,
+                                          const quant::Window& win) const {
+  const TensorInfo& w = ck_.info(module + ".weight");
+  LT_CHECK(quant_.method == QuantConfig::Method::Fp8Block, "tensor '", w.name, "' in '", w.file,
+           "' is float8_e4m3fn but the config has no fp8 quantization_config with weight_block_size (it has: ",
+           quant_.describe(), ")");
+  const int64_t br = quant_.block_rows, bc = quant_.block_cols;
+  check_tensor(w, {DType::F8_E4M3}, {out, in}, "the config");
+  const TensorInfo& s = ck_.info(module + ".weight_scale_inv");
+  check_tensor(s, {DType::F32}, {ceil_div(out, br), ceil_div(in, bc)},
+               cat("fp8 blocks of [", br, ", ", bc, "] over [", out, ", ", in, "]").c_str());
+  std::vector<float> dst(std::size_t(win.rows) * std::size_t(win.cols));
+  quant::dequantize_fp8_block(w.data, s.data, out, in, br, bc, win, dst.data());
+  ck_.release(w);
+  return dst;
+}
+
+std::vector<float> LinearReader::read_int4(const std::string& module, int64_t out, int64_t in,
+                                           const quant::Window& win) const {
+  const int64_t g = quant_.group_size;
+  LT_CHECK(ck_.has(module + ".weight_packed"), "module '", module,
+           "' is int4-quantized by the config's quantization_config (not in its ignore list) but '", module,
+           ".weight_packed' is missing from the checkpoint", ck_.has(module + ".weight") ? " (it has a plain .weight)" : "");
+  const TensorInfo& packed = ck_.info(module + ".weight_packed");
+  check_tensor(packed, {DType::I32}, {out, ceil_div(in, 8)}, cat("int4 packing of [", out, ", ", in, "]").c_str());
+  const TensorInfo& scale = ck_.info(module + ".weight_scale");
+  check_tensor(scale, {DType::BF16, DType::F16, DType::F32}, {out, ceil_div(in, g)},
+               cat("int4 groups of ", g, " over [", out, ", ", in, "]").c_str());
+  if (ck_.has(module + ".weight_shape")) {  // the original [out, in], as compressed-tensors records it
+    const TensorInfo& shape = ck_.info(module + ".weight_shape");
+    LT_CHECK((shape.dtype == DType::I64 || shape.dtype == DType::I32) && shape.shape == std::vector<int64_t>{2},
+             "tensor '", shape.name, "' must be an int64 or int32 vector of 2");
+    int64_t recorded[2];
+    for (int i = 0; i < 2; ++i) {
+      if (shape.dtype == DType::I64) {
+        std::memcpy(&recorded[i], shape.data + 8 * i, 8);
+      } else {
+        int32_t v;
+        std::memcpy(&v, shape.data + 4 * i, 4);
+        recorded[i] = v;
+      }
+    }
+    LT_CHECK(recorded[0] == out && recorded[1] == in, "tensor '", shape.name, "' records shape [", recorded[0], ", ",
+             recorded[1], "], the config implies [", out, ", ", in, "]");
+  }
+  std::vector<float> dst(std::size_t(win.rows) * std::size_t(win.cols));
+  quant::dequantize_int4_group(packed.data, scale.data, scale.dtype, out, in, g, win, dst.data());
+  ck_.release(packed);
+  return dst;
+}
+
+}  // namespace layertap

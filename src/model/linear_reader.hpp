@@ -1,0 +1,31 @@
+// Reads the weight of one Linear module as float32, whatever format the checkpoint stores it in:
+// plain float (F32/F16/BF16 `X.weight`), DeepSeek FP8 blocks (`X.weight` float8_e4m3fn +
+// `X.weight_scale_inv`) or compressed-tensors int4 groups (`X.weight_packed`, `X.weight_scale`,
+// `X.weight_shape`). The one place where tensor formats are decoded (DESIGN.md section 10).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/quant_config.hpp"
+#include "model/quant_formats.hpp"
+#include "model/safetensors.hpp"
+
+namespace layertap {
+
+class LinearReader {
+ public:
+  LinearReader(const Checkpoint& ckpt, const QuantConfig& quant) : ck_(ckpt), quant_(quant) {}
+
+  // Window `win` of module `module`'s weight, whose full shape is [out, in], as float32
+  // [win.rows, win.cols]. `module` is the tensor-name prefix, e.g. "model.layers.0.mlp.down_proj".
+  std::vector<float> read(const std::string& module, int64_t out, int64_t in, const quant::Window& win) const;
+
+ private:
+  std::vector<float> read_fp8(const std::string& module, int64_t out, int64_t in, const quant::Window& win) const;
+  std::vector<float> read_int4(const std::string& module, int64_t out, int64_t in, const quant::Window& win) const;
+  const Checkpoint& ck_;
+  const QuantConfig& quant_;
+};
+
+}  // namespace layertap

@@ -1,0 +1,38 @@
+// How a checkpoint's Linear weights are quantized, from its config's `quantization_config`
+// (top level, or inside `text_config` for Kimi-K2.5). Two formats are supported:
+//   DeepSeek FP8 (`quant_method: fp8`): float8_e4m3fn `X.weight` + float32 `X.weight_scale_inv`
+//     per weight_block_size block; which modules are FP8 is read from the file (dtype of X.weight).
+//   compressed-tensors `pack-quantized` symmetric int4 groups: `X.weight_packed`, `X.weight_scale`,
+//     `X.weight_shape` for every Linear that a config group targets and `ignore` does not name.
+#pragma once
+#include <cstdint>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace layertap {
+
+struct QuantConfig {
+  enum class Method { None, Fp8Block, Int4Group };
+  Method method = Method::None;
+  int64_t block_rows = 0, block_cols = 0;  // Fp8Block: weight_block_size [out, in]
+  int64_t group_size = 0;                  // Int4Group: along the input dim
+  std::vector<std::string> targets;        // Int4Group: "Linear" or "re:<regex>"
+  std::vector<std::string> ignore;         // Int4Group: module names or "re:<regex>"
+  std::vector<std::regex> target_res, ignore_res;  // compiled "re:" entries of the two lists
+
+  // Int4Group: whether module `name` (full tensor-name prefix, e.g.
+  // "language_model.model.layers.3.mlp.experts.7.down_proj") is stored packed. compressed-tensors
+  // matches "re:" patterns with Python's re.match (anchored at the start) and other entries by
+  // exact name; "Linear" targets every Linear module.
+  bool int4_packed(const std::string& module) const;
+  std::string describe() const;  // e.g. "fp8 blocks [128, 128]", "int4 groups of 32", "none"
+};
+
+// Parses `quantization_config` (a JSON object); `src` names the config file in errors. Any other
+// quant_method, format or scheme is an error naming it.
+QuantConfig parse_quant_config(const nlohmann::json& q, const std::string& src);
+
+}  // namespace layertap

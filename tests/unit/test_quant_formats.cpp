@@ -1,0 +1,270 @@
+// The quantized-weight decoders against the reference vectors of tools/make_quant_vectors.py
+// (tests/fixtures/quant/): torch's float8_e4m3fn conversion, FP8 blocks dequantized in torch, and
+// int4 matrices packed and decompressed by compressed-tensors itself. Equality is bit for bit.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "model/quant_formats.hpp"
+#include "model/safetensors.hpp"
+
+namespace layertap::quant {
+namespace {
+
+const std::string kQuantDir = std::string(LAYERTAP_FIXTURES) + "/quant/";
+
+std::vector<int64_t> read_i64(const Checkpoint& ck, const std::string& name) {
+  const TensorInfo& t = ck.info(name);
+  EXPECT_EQ(t.dtype, DType::I64) << name;
+  EXPECT_EQ(t.shape.size(), 1u) << name;
+  std::vector<int64_t> v(std::size_t(t.shape.at(0)));
+  std::memcpy(v.data(), t.data, v.size() * sizeof(int64_t));
+  return v;
+}
+
+// Rows [row0, row0 + rows) x columns [col0, col0 + cols) of a row-major [.., in] matrix.
+std::vector<float> crop(const std::vector<float>& full, int64_t in, const Window& w) {
+  std::vector<float> part;
+  for (int64_t r = w.row0; r < w.row0 + w.rows; ++r) {
+    for (int64_t c = w.col0; c < w.col0 + w.cols; ++c) part.push_back(full[std::size_t(r * in + c)]);
+  }
+  return part;
+}
+
+// Bit equality (so -0 differs from +0 and NaN payloads count), reporting the first difference.
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]) && differ++ == 0) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", the reference gives " << want[i];
+    }
+  }
+  EXPECT_EQ(differ, 0u) << what;
+}
+
+std::string describe(const Window& w) {
+  return "window rows " + std::to_string(w.row0) + "+" + std::to_string(w.rows) + " cols " + std::to_string(w.col0) +
+         "+" + std::to_string(w.cols);
+}
+
+// Windows of an [out, in] matrix cut into [block_rows, block_cols] blocks (or groups: block_rows 1).
+std::vector<Window> test_windows(int64_t out, int64_t in, int64_t block_rows, int64_t block_cols) {
+  const int64_t r0 = block_rows / 2 + 1, c0 = block_cols / 2 + 1;  // mid-block; odd, so mid-word for int4
+  return {
+      {0, out, 0, in},                         // everything
+      {r0, out - r0 - 1, c0, in - c0 - 1},     // starts mid-block, ends one short of both edges
+      {out - 1, 1, 0, in},                     // the last row, in the partial edge block
+      {0, out, in - 1, 1},                     // the last column
+      {out / 2, 1, c0, 1},                     // one element
+      {block_rows - 1, 2, block_cols - 1, 2},  // 2 x 2 across a block corner
+  };
+}
+
+// A copy of `n` bytes at an odd address, to show the decoders need no alignment.
+struct Misaligned {
+  Misaligned(const std::byte* src, std::size_t n) : storage(n + 3) { std::memcpy(storage.data() + 3, src, n); }
+  const std::byte* data() const { return storage.data() + 3; }
+  std::vector<std::byte> storage;
+};
+
+// ---- float8_e4m3fn ----
+
+TEST(QuantFormats, EveryFp8CodeDecodesAsTorchDoes) {
+  const Checkpoint ck({kQuantDir + "fp8_codes.safetensors"});
+  const TensorInfo& codes = ck.info("codes");
+  ASSERT_EQ(codes.dtype, DType::F8_E4M3);
+  ASSERT_EQ(codes.shape, std::vector<int64_t>{256});
+  const std::vector<float> torch_values = ck.read("values", {256});
+
+  std::vector<float> ours(256), via_to_float(256);
+  for (int i = 0; i < 256; ++i) {
+    ASSERT_EQ(std::to_integer<int>(codes.data[i]), i);
+    ours[std::size_t(i)] = fp8_e4m3fn_to_float(uint8_t(i));
+  }
+  to_float(DType::F8_E4M3, codes.data, via_to_float.data(), 256);
+  expect_same_bits(ours, torch_values, "fp8_e4m3fn_to_float");
+  expect_same_bits(via_to_float, torch_values, "to_float(F8_E4M3)");
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(std::isnan(ours[std::size_t(i)]), (i & 0x7f) == 0x7f) << i;
+  EXPECT_EQ(fp8_e4m3fn_to_float(0x7e), 448.0f);                // largest finite
+  EXPECT_EQ(fp8_e4m3fn_to_float(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_TRUE(std::signbit(fp8_e4m3fn_to_float(0x80)));        // -0
+}
+
+// ---- DeepSeek FP8 blocks ----
+
+struct Fp8BlockCase {
+  std::string name;
+  const std::byte* weight = nullptr;
+  const std::byte* scale_inv = nullptr;
+  int64_t out = 0, in = 0, block_rows = 0, block_cols = 0;
+  std::vector<float> expected;  // [out, in]
+
+  std::vector<float> decode(const Window& w) const {
+    std::vector<float> dst(std::size_t(w.rows * w.cols));
+    dequantize_fp8_block(weight, scale_inv, out, in, block_rows, block_cols, w, dst.data());
+    return dst;
+  }
+};
+
+Fp8BlockCase load_fp8_block_case(const Checkpoint& ck, const std::string& name) {
+  Fp8BlockCase c;
+  c.name = name;
+  const TensorInfo& w = ck.info(name + ".weight");
+  const TensorInfo& s = ck.info(name + ".weight_scale_inv");
+  EXPECT_EQ(w.dtype, DType::F8_E4M3);
+  EXPECT_EQ(s.dtype, DType::F32);
+  c.weight = w.data;
+  c.scale_inv = s.data;
+  c.out = w.shape.at(0);
+  c.in = w.shape.at(1);
+  const std::vector<int64_t> block = read_i64(ck, name + ".block_size");
+  c.block_rows = block.at(0);
+  c.block_cols = block.at(1);
+  EXPECT_NE(c.out % c.block_rows, 0) << name << ": the rows should end in a partial block";
+  EXPECT_NE(c.in % c.block_cols, 0) << name << ": the columns should end in a partial block";
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{(c.out + c.block_rows - 1) / c.block_rows,
+                                           (c.in + c.block_cols - 1) / c.block_cols}));
+  c.expected = ck.read(name + ".expected", {c.out, c.in});
+  return c;
+}
+
+TEST(QuantFormats, Fp8BlocksMatchTorchIncludingPartialEdgeBlocks) {
+  const Checkpoint ck({kQuantDir + "fp8_block.safetensors"});
+  for (const char* name : {"small", "edge128"}) {
+    const Fp8BlockCase c = load_fp8_block_case(ck, name);
+    for (const Window& w : test_windows(c.out, c.in, c.block_rows, c.block_cols)) {
+      expect_same_bits(c.decode(w), crop(c.expected, c.in, w), c.name + " " + describe(w));
+    }
+  }
+}
+
+TEST(QuantFormats, Fp8BlocksNeedNoAlignment) {
+  const Checkpoint ck({kQuantDir + "fp8_block.safetensors"});
+  Fp8BlockCase c = load_fp8_block_case(ck, "small");
+  const std::size_t scale_bytes = ck.info("small.weight_scale_inv").shape.at(0) *
+                                  ck.info("small.weight_scale_inv").shape.at(1) * sizeof(float);
+  const Misaligned weight(c.weight, std::size_t(c.out * c.in)), scale_inv(c.scale_inv, scale_bytes);
+  c.weight = weight.data();
+  c.scale_inv = scale_inv.data();
+  expect_same_bits(c.decode({0, c.out, 0, c.in}), c.expected, "misaligned fp8 block");
+}
+
+// ---- compressed-tensors int4 groups ----
+
+struct Int4Case {
+  std::string name;
+  const std::byte* packed = nullptr;
+  const std::byte* scale = nullptr;
+  DType scale_dtype = DType::BF16;
+  int64_t out = 0, in = 0, group = 0;
+  std::vector<float> expected;  // [out, in], what compressed-tensors decompresses, widened exactly
+
+  std::vector<float> decode(const Window& w) const {
+    std::vector<float> dst(std::size_t(w.rows * w.cols));
+    dequantize_int4_group(packed, scale, scale_dtype, out, in, group, w, dst.data());
+    return dst;
+  }
+  int64_t packed_row_bytes() const { return (in + 7) / 8 * 4; }
+};
+
+Int4Case load_int4_case(const Checkpoint& ck, const std::string& name) {
+  Int4Case c;
+  c.name = name;
+  const std::vector<int64_t> shape = read_i64(ck, name + ".weight_shape");
+  c.out = shape.at(0);
+  c.in = shape.at(1);
+  c.group = read_i64(ck, name + ".group_size").at(0);
+  const TensorInfo& packed = ck.info(name + ".weight_packed");
+  const TensorInfo& scale = ck.info(name + ".weight_scale");
+  EXPECT_EQ(packed.dtype, DType::I32);
+  EXPECT_EQ(packed.shape, (std::vector<int64_t>{c.out, (c.in + 7) / 8}));
+  EXPECT_EQ(scale.shape, (std::vector<int64_t>{c.out, (c.in + c.group - 1) / c.group}));
+  c.packed = packed.data;
+  c.scale = scale.data;
+  c.scale_dtype = scale.dtype;
+  EXPECT_EQ(ck.info(name + ".weight").dtype, scale.dtype) << "compressed-tensors decompresses to the scale's dtype";
+  c.expected = ck.read(name + ".weight", {c.out, c.in});
+  return c;
+}
+
+const char* const kInt4Cases[] = {"bf16_g32", "f16_g32", "f32_g32", "bf16_g20_in60"};
+
+TEST(QuantFormats, Int4GroupsMatchCompressedTensors) {
+  const Checkpoint ck({kQuantDir + "int4_group.safetensors"});
+  for (const char* name : kInt4Cases) {
+    const Int4Case c = load_int4_case(ck, name);
+    // The fixture must hold both ends of the range: nibble 0 (q = -8) and nibble 15 (q = 7).
+    int extremes[2] = {0, 0};
+    for (int64_t r = 0; r < c.out; ++r) {
+      for (int64_t col = 0; col < c.in; ++col) {
+        const auto byte = std::to_integer<unsigned>(c.packed[r * c.packed_row_bytes() + col / 2]);
+        const unsigned nibble = (byte >> (4 * (col % 2))) & 0xfu;
+        extremes[0] += nibble == 0;
+        extremes[1] += nibble == 15;
+      }
+    }
+    EXPECT_GT(extremes[0], 0) << name << " has no q = -8";
+    EXPECT_GT(extremes[1], 0) << name << " has no q = 7";
+    for (const Window& w : test_windows(c.out, c.in, 1, c.group)) {
+      expect_same_bits(c.decode(w), crop(c.expected, c.in, w), c.name + " " + describe(w));
+    }
+  }
+}
+
+TEST(QuantFormats, Int4GroupsNeedNoAlignment) {
+  const Checkpoint ck({kQuantDir + "int4_group.safetensors"});
+  for (const char* name : {"bf16_g32", "f32_g32"}) {
+    Int4Case c = load_int4_case(ck, name);
+    const std::size_t scale_bytes = std::size_t(c.out * (c.in / c.group)) * dtype_size(c.scale_dtype);
+    const Misaligned packed(c.packed, std::size_t(c.out * c.packed_row_bytes())), scale(c.scale, scale_bytes);
+    c.packed = packed.data();
+    c.scale = scale.data();
+    expect_same_bits(c.decode({0, c.out, 0, c.in}), c.expected, std::string("misaligned ") + name);
+  }
+}
+
+// ---- argument checks ----
+
+TEST(QuantFormats, RejectsWindowsOutsideTheMatrixAndEmptyBlocks) {
+  const std::vector<std::byte> zeros(256);
+  float dst[64];
+  const auto fp8 = [&](const Window& w, int64_t block_rows = 2, int64_t block_cols = 2) {
+    dequantize_fp8_block(zeros.data(), zeros.data(), 4, 6, block_rows, block_cols, w, dst);
+  };
+  const auto int4 = [&](const Window& w, int64_t group = 2, DType scale_dtype = DType::BF16) {
+    dequantize_int4_group(zeros.data(), zeros.data(), scale_dtype, 4, 6, group, w, dst);
+  };
+  EXPECT_NO_THROW(fp8({0, 4, 0, 6}));
+  EXPECT_NO_THROW(int4({0, 4, 0, 6}));
+  EXPECT_NO_THROW(int4({4, 0, 6, 0}));  // empty, at the far corner
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  for (const Window& bad : std::vector<Window>{{-1, 1, 0, 1}, {0, 5, 0, 1}, {3, 2, 0, 1}, {0, 1, 6, 1},
+                                               {0, 1, 1, 6}, {0, -1, 0, 1}, {0, 1, 0, -1}, {1, kHuge, 0, 1},
+                                               {0, 1, kHuge, 1}}) {
+    EXPECT_THROW(fp8(bad), Error) << describe(bad);
+    EXPECT_THROW(int4(bad), Error) << describe(bad);
+  }
+  try {
+    int4({3, 2, 0, 1});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not inside the [4, 6] matrix"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fp8({0, 4, 0, 6}, 0, 2), Error);
+  EXPECT_THROW(fp8({0, 4, 0, 6}, 2, 0), Error);
+  EXPECT_THROW(fp8({0, 4, 0, 6}, -2, 2), Error);
+  EXPECT_THROW(int4({0, 4, 0, 6}, 0), Error);
+  EXPECT_THROW(int4({0, 4, 0, 6}, -32), Error);
+  EXPECT_THROW(int4({0, 4, 0, 6}, 2, DType::I32), Error);
+}
+
+}  // namespace
+}  // namespace layertap::quant
