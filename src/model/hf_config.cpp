@@ -182,7 +182,8 @@ void parse_deepseek_moe(const json& j, ModelConfig& c, const std::string& src) {
 void parse_qwen3_moe(const json& j, ModelConfig& c, const std::string& src) {
   MoeConfig m;
   m.routing = MoeConfig::Routing::SoftmaxTopk;
-  m.num_experts = get_int(j, "num_experts", src);
+  // Hub checkpoints say num_experts; transformers 5 writes num_local_experts.
+  m.num_experts = j.contains("num_experts") ? get_int(j, "num_experts", src) : get_int(j, "num_local_experts", src);
   m.experts_per_token = get_int(j, "num_experts_per_tok", src);
   m.expert_intermediate_size = get_int(j, "moe_intermediate_size", src);
   m.norm_topk_prob = get_or<bool>(j, "norm_topk_prob", false);
