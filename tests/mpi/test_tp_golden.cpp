@@ -1,9 +1,11 @@
 // Tensor parallelism against the Hugging Face reference, under mpirun on the CPU backend:
-//   mpirun -np N test_tp_golden --tp T FIXTURES_DIR
-// Every data-parallel group runs every golden model whose shapes T divides (all golden samples
-// packed in one batch) and TP rank 0 compares every capture point of every sample. Models that T
-// cannot split must be refused by every rank before any weight is read. Each rank counts its
-// errors; the counts are summed over the world and the exit code reflects the global result.
+//   mpirun -np N test_tp_golden --tp T --moe-split experts|intermediate FIXTURES_DIR
+// Every data-parallel group runs every golden model whose layout T allows (all golden samples
+// packed in one batch) and TP rank 0 compares every capture point of every sample. Layouts that T
+// cannot split must be refused by every rank before any weight is read, and only those. With
+// --moe-split intermediate only the MoE models run (the dense ones do not depend on it). Each rank
+// counts its errors; the counts are summed over the world and the exit code reflects the global
+// result.
 #include <mpi.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "comm/mpi_groups.hpp"
@@ -26,16 +29,36 @@ namespace {
 
 constexpr double kMaxRelError = 1e-5;
 
+const char* const kDenseModels[] = {"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"};
+const char* const kMoeModels[] = {"deepseek_v3",     "kimi_k2",        "deepseek_v3_noqlora",
+                                  "kimi_k25_int4",   "deepseek_v3_fp8", "qwen3_moe"};
+
+// Whether `tp` must be refused for a model. Dense models: heads or intermediate size not divisible.
+// MoE fixtures (tests/fixtures/README.md): every size divides at TP 1, 2 and 4, except that
+// deepseek_v3_fp8's per-rank q_b/kv_b rows at TP 4 (24) cut its FP8 row blocks of 16, and
+// kimi_k25_int4's expert down_proj slices at TP 4 under the intermediate split (16 columns) cut its
+// INT4 groups of 32.
+bool must_refuse(const std::string& name, const ModelConfig& cfg, int tp, MoeSplit split) {
+  if (name == "deepseek_v3_fp8") return tp == 4;
+  if (name == "kimi_k25_int4") return tp == 4 && split == MoeSplit::Intermediate;
+  return cfg.num_heads % tp != 0 || cfg.intermediate_size % tp != 0;
+}
+
 // Returns the number of (sample, point) comparisons above tolerance on this rank.
-int check_model(const fs::path& dir, const WorldLayout& world, MpiGroups& groups, double& worst) {
+int check_model(const fs::path& dir, const WorldLayout& world, MoeSplit split, MpiGroups& groups, double& worst) {
   const ModelConfig cfg = load_model_config((dir / "config.json").string());
-  const TpShard shard{world.tp_rank, world.tp};
+  const TpShard shard{world.tp_rank, world.tp, split};
+  const bool refuse = must_refuse(dir.filename().string(), cfg, world.tp, split);
   try {
     check_tp_divisibility(cfg, shard);
   } catch (const Error& e) {
     if (world.world_rank == 0) std::printf("[tp-golden] %-12s refused at tp %d: %s\n", dir.filename().c_str(), world.tp, e.what());
-    const bool splittable = cfg.num_heads % world.tp == 0 && cfg.intermediate_size % world.tp == 0;
-    return splittable ? 1 : 0;  // refusing a model that could be split is an error
+    return refuse ? 0 : 1;  // refusing a layout that could be split is an error
+  }
+  if (refuse) {
+    std::printf("[tp-golden] rank %d: %s at tp %d was accepted but must be refused\n", world.world_rank,
+                dir.filename().c_str(), world.tp);
+    return 1;
   }
   const Checkpoint ckpt(checkpoint_files(dir.string()));
   CpuBackend backend(cfg, load_weights(ckpt, cfg, shard), groups.tp());
@@ -77,20 +100,24 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int errors = 0;
-  if (argc != 4 || std::strcmp(argv[1], "--tp") != 0) {
-    if (rank == 0) std::fprintf(stderr, "usage: test_tp_golden --tp T FIXTURES_DIR\n");
+  if (argc != 6 || std::strcmp(argv[1], "--tp") != 0 || std::strcmp(argv[3], "--moe-split") != 0) {
+    if (rank == 0) std::fprintf(stderr, "usage: test_tp_golden --tp T --moe-split experts|intermediate FIXTURES_DIR\n");
     MPI_Finalize();
     return 2;
   }
   try {
     const WorldLayout world = make_world_layout(rank, size, std::atoi(argv[2]));
+    const MoeSplit split = parse_moe_split(argv[4]);
     MpiGroups groups(world);
-    for (const char* name : {"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"}) {
+    std::vector<const char*> models(std::begin(kMoeModels), std::end(kMoeModels));
+    if (split == MoeSplit::Experts) models.insert(models.begin(), std::begin(kDenseModels), std::end(kDenseModels));
+    for (const char* name : models) {
       double worst = 0;
-      errors += check_model(fs::path(argv[3]) / "models" / name, world, groups, worst);
+      errors += check_model(fs::path(argv[5]) / "models" / name, world, split, groups, worst);
       const double worst_all = max_over_ranks(worst);
       if (rank == 0 && worst_all > 0)
-        std::printf("[tp-golden] %-12s np %d tp %d: worst relative error %.3g\n", name, size, world.tp, worst_all);
+        std::printf("[tp-golden] %-19s np %d tp %d moe-split %s: worst relative error %.3g\n", name, size, world.tp,
+                    argv[4], worst_all);
     }
   } catch (const std::exception& e) {
     std::printf("[tp-golden] rank %d: %s\n", rank, e.what());
