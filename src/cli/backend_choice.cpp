@@ -52,14 +52,27 @@ class CudaRankBackend final : public Backend {
 }  // namespace
 #endif
 
+// Why the CUDA backend cannot run `cfg` yet ("" when it can): MLA, MoE, quantized weights and
+// YaRN RoPE have CPU parts only so far.
+std::string cuda_unsupported(const ModelConfig& cfg) {
+  if (cfg.mla) return "MLA attention";
+  if (cfg.moe) return "MoE layers";
+  if (cfg.quant.method != QuantConfig::Method::None) return "quantized weights (" + cfg.quant.describe() + ")";
+  if (cfg.rope.type == RopeConfig::Type::Yarn) return "YaRN RoPE";
+  return "";
+}
+
 std::string resolve_backend(const std::string& requested, const ModelConfig& cfg) {
 #ifdef LAYERTAP_HAVE_CUDA
   const bool gpu_here = cuda::visible_device_count() > 0;
   const bool gpu_everywhere = !any_rank(!gpu_here);
-  // MLA, MoE and quantized weights have CPU parts only so far (the CUDA backend refuses them).
-  const bool cuda_parts = !cfg.mla && !cfg.moe && cfg.quant.method == QuantConfig::Method::None;
-  if (requested == "auto") return gpu_everywhere && cuda_parts ? "cuda" : "cpu";
-  if (requested == "cuda") LT_CHECK(gpu_here, "--backend cuda: this rank sees no GPU (check CUDA_VISIBLE_DEVICES and the driver)");
+  const std::string missing = cuda_unsupported(cfg);
+  if (requested == "auto") return gpu_everywhere && missing.empty() ? "cuda" : "cpu";
+  if (requested == "cuda") {
+    LT_CHECK(missing.empty(), "--backend cuda: ", cfg.architecture, " needs ", missing,
+             ", which the CUDA backend does not implement yet; use --backend cpu (or auto)");
+    LT_CHECK(gpu_here, "--backend cuda: this rank sees no GPU (check CUDA_VISIBLE_DEVICES and the driver)");
+  }
   return requested;
 #else
   (void)cfg;

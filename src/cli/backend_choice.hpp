@@ -14,8 +14,9 @@
 namespace layertap {
 
 // Resolves --backend on every rank alike: "auto" is cuda when every rank sees a GPU (and this
-// build has CUDA) and the model has CUDA parts (not yet MLA, MoE or quantized weights), cpu
-// otherwise. Throws for "cuda" in a build or on a machine without it.
+// build has CUDA) and the model has CUDA parts (not yet MLA, MoE, quantized weights or YaRN), cpu
+// otherwise. Throws for "cuda" in a build or on a machine without it, or for such a model, before
+// any weight is read.
 std::string resolve_backend(const std::string& requested, const ModelConfig& cfg);
 
 // This rank's backend (its TP slice of the weights). `backend` is "cpu" or "cuda".

@@ -91,11 +91,13 @@ io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg,
 }
 
 // Everything that changes what the output holds; a resume must match it exactly.
-json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256, const WorldLayout& world) {
+json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256, const WorldLayout& world,
+                  MoeSplit moe_split) {
   return {{"format_version", io::kFormatVersion},     {"model_config_sha256", meta.config_sha256},
           {"model_weights_fingerprint", meta.weights_fingerprint}, {"dataset_sha256", dataset_sha256},
           {"capture_point_ids", meta.point_ids},      {"storage_dtype", dtype_name(meta.dtype)},
-          {"world_size", world.world_size},           {"tp", world.tp}};
+          {"world_size", world.world_size},           {"tp", world.tp},
+          {"moe_split", moe_split_name(moe_split)}};
 }
 
 // Samples of `mine` that a kept shard range should hold but does not: skipped before the resume.
@@ -225,7 +227,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const Checkpoint ckpt(checkpoint_files(o.model));
   check_same_on_all_ranks("model weights", ckpt.fingerprint());
   const io::OutputMeta meta = make_output_meta(o, cfg, plan, sha256_file(config_path), ckpt.fingerprint());
-  const json identity = run_identity(meta, dataset_sha256, world);
+  const json identity = run_identity(meta, dataset_sha256, world, shard.moe_split);
   const auto state = cli::OutputState(broadcast_from_world_root(
       lead ? int64_t(cli::prepare_output_dir(out, identity, o.overwrite, o.resume)) : 0));
   if (state == cli::OutputState::AlreadyComplete) {

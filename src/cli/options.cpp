@@ -21,8 +21,9 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "capture points: comma-separated layer inputs 0..L-1, 'last' (= L, last layer output before the "
        "final norm), 'final' (after the final norm), or the preset 'eagle3' (= 2, L/2, L-3, final)")
       ("backend", po::value(&o.backend)->default_value(o.backend),
-       "compute backend: cpu (float32), cuda (bf16, one GPU per rank by local rank), or auto (cuda when "
-       "every rank sees a GPU and the build has CUDA, else cpu)")
+       "compute backend: cpu (float32, every supported model), cuda (bf16, one GPU per rank by local rank; "
+       "dense models without YaRN only, so far), or auto (cuda when every rank sees a GPU, the build has "
+       "CUDA and the model has CUDA parts, else cpu)")
       ("tp", po::value(&o.tp)->default_value(o.tp),
        "tensor-parallel size: ranks per model replica (consecutive ranks); the world size must be a multiple")
       ("moe-split", po::value(&o.moe_split)->default_value(o.moe_split),

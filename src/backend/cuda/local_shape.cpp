@@ -12,6 +12,9 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s) {
            ") runs on the CPU backend only in this version; use --backend cpu");
   LT_CHECK(c.quant.method == QuantConfig::Method::None, "cuda backend: quantized checkpoints (",
            c.quant.describe(), ") run on the CPU backend only in this version; use --backend cpu");
+  // The rope kernel does not apply YaRN's attention factor to cos/sin.
+  LT_CHECK(c.rope.type != RopeConfig::Type::Yarn, "cuda backend: YaRN RoPE runs on the CPU backend only in this "
+           "version; use --backend cpu");
   check_tp_divisibility(c, s);
   LocalShape l;
   l.hidden = c.hidden_size;
