@@ -57,7 +57,8 @@ std::vector<float> LinearReader::read_int4(const std::string& module, int64_t ou
   const int64_t g = quant_.group_size;
   LT_CHECK(ck_.has(module + ".weight_packed"), "module '", module,
            "' is int4-quantized by the config's quantization_config (not in its ignore list) but '", module,
-           ".weight_packed' is missing from the checkpoint", ck_.has(module + ".weight") ? " (it has a plain .weight)" : "");
+           ".weight_packed' is missing from the checkpoint",
+           ck_.has(module + ".weight") ? cat(" (it has a ", dtype_name(ck_.info(module + ".weight").dtype), " .weight)") : "");
   const TensorInfo& packed = ck_.info(module + ".weight_packed");
   check_tensor(packed, {DType::I32}, {out, ceil_div(in, 8)}, cat("int4 packing of [", out, ", ", in, "]").c_str());
   const TensorInfo& scale = ck_.info(module + ".weight_scale");

@@ -16,6 +16,7 @@ namespace layertap {
 class LinearReader {
  public:
   LinearReader(const Checkpoint& ckpt, const QuantConfig& quant) : ck_(ckpt), quant_(quant) {}
+  LinearReader(const Checkpoint&, QuantConfig&&) = delete;  // it keeps a reference
 
   // Window `win` of module `module`'s weight, whose full shape is [out, in], as float32
   // [win.rows, win.cols]. `module` is the tensor-name prefix, e.g. "model.layers.0.mlp.down_proj".

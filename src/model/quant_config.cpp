@@ -77,6 +77,13 @@ QuantConfig parse_compressed_tensors(const json& q, const std::string& src) {
     LT_CHECK(bits == 4 && type == "int" && symmetric && strategy == "group", where, ": weights scheme num_bits ",
              bits, ", type '", type, "', symmetric ", symmetric, ", strategy '", strategy,
              "' is not supported (supported: 4-bit symmetric int, strategy group)");
+    // GPTQ activation ordering "group" (alias "dynamic"; `true` in older configs) stores a
+    // column-to-group map (X.weight_g_idx) that the int4 decoder does not apply; "weight" (alias
+    // "static") leaves the stored format unchanged.
+    const json actorder = w.contains("actorder") ? w["actorder"] : json();
+    LT_CHECK(actorder.is_null() || actorder == false || actorder == "weight" || actorder == "static", where,
+             ": weights actorder ", actorder.dump(),
+             " is not supported (groups reordered by weight_g_idx; supported: null, \"weight\")");
     const int64_t group = w.value("group_size", int64_t(0));
     LT_CHECK(group > 0, where, ": group_size must be positive");
     LT_CHECK(c.group_size == 0 || c.group_size == group, where, ": group_size ", group, " differs from ",

@@ -1,4 +1,11 @@
+// Config parsing: the dense families (llama3 rope, rope_parameters spelling, per-family biases and
+// windows) and the MoE/MLA fixtures (DeepSeek-V3, Kimi-K2, Kimi-K2.5, Qwen3-MoE): MLA shapes, YaRN
+// numbers, MoE layer selection, tensor prefix, quantization; errors name what is refused.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "model/hf_config.hpp"
@@ -22,10 +29,69 @@ std::string error_of(const std::string& json) {
   return "";
 }
 
+// `json` with the first occurrence of `from` replaced by `to`; a `from` that is absent is a test bug.
 std::string with(std::string json, const std::string& from, const std::string& to) {
-  json.replace(json.find(from), from.size(), to);
+  const std::size_t at = json.find(from);
+  if (at == std::string::npos) throw std::runtime_error("test bug: '" + from + "' is not in the JSON text");
+  json.replace(at, from.size(), to);
   return json;
 }
+
+std::string fixture_config(const std::string& model) {
+  const std::string path = std::string(LAYERTAP_FIXTURES) + "/models/" + model + "/config.json";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ModelConfig fixture(const std::string& model) { return parse_model_config(fixture_config(model), model); }
+
+// transformers' yarn_get_mscale.
+double mscale(double factor, double m) { return 0.1 * m * std::log(factor) + 1.0; }
+
+// The fields the MoE/MLA families fill, compared one by one (failures name the field).
+void expect_same_moe_mla(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.architecture, b.architecture);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.num_heads, b.num_heads);
+  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
+  EXPECT_EQ(a.rope.type, b.rope.type);
+  EXPECT_EQ(a.rope.theta, b.rope.theta);
+  EXPECT_EQ(a.rope.factor, b.rope.factor);
+  EXPECT_EQ(a.rope.attention_factor, b.rope.attention_factor);
+  EXPECT_EQ(a.rope.beta_fast, b.rope.beta_fast);
+  EXPECT_EQ(a.rope.beta_slow, b.rope.beta_slow);
+  ASSERT_EQ(a.mla.has_value(), b.mla.has_value());
+  if (a.mla) {
+    EXPECT_EQ(a.mla->q_lora_rank, b.mla->q_lora_rank);
+    EXPECT_EQ(a.mla->kv_lora_rank, b.mla->kv_lora_rank);
+    EXPECT_EQ(a.mla->qk_head_dim(), b.mla->qk_head_dim());
+    EXPECT_EQ(a.mla->v_head_dim, b.mla->v_head_dim);
+    EXPECT_EQ(a.mla->rope_interleave, b.mla->rope_interleave);
+    EXPECT_EQ(a.mla->softmax_scale, b.mla->softmax_scale);
+  }
+  ASSERT_EQ(a.moe.has_value(), b.moe.has_value());
+  if (a.moe) {
+    EXPECT_EQ(a.moe->routing, b.moe->routing);
+    EXPECT_EQ(a.moe->num_experts, b.moe->num_experts);
+    EXPECT_EQ(a.moe->experts_per_token, b.moe->experts_per_token);
+    EXPECT_EQ(a.moe->expert_intermediate_size, b.moe->expert_intermediate_size);
+    EXPECT_EQ(a.moe->num_shared_experts, b.moe->num_shared_experts);
+    EXPECT_EQ(a.moe->n_group, b.moe->n_group);
+    EXPECT_EQ(a.moe->topk_group, b.moe->topk_group);
+    EXPECT_EQ(a.moe->norm_topk_prob, b.moe->norm_topk_prob);
+    EXPECT_EQ(a.moe->routed_scaling_factor, b.moe->routed_scaling_factor);
+    EXPECT_EQ(a.moe->score_bias, b.moe->score_bias);
+  }
+  EXPECT_EQ(a.moe_layers, b.moe_layers);
+  EXPECT_EQ(a.tensor_prefix, b.tensor_prefix);
+  EXPECT_EQ(a.quant.method, b.quant.method);
+}
+
+bool has(const std::string& error, const std::string& part) { return error.find(part) != std::string::npos; }
 
 }  // namespace
 
@@ -68,9 +134,255 @@ TEST(HfConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of(with(kLlama, R"("vocab_size": 160,)", "")).find("missing key 'vocab_size'"), std::string::npos);
   EXPECT_NE(error_of(with(kLlama, R"("num_key_value_heads": 2)", R"("num_key_value_heads": 4)")).find("not a multiple"),
             std::string::npos);
-  EXPECT_NE(error_of(with(kLlama, "llama3", "yarn")).find("unsupported rope type 'yarn'"), std::string::npos);
+  EXPECT_NE(error_of(with(kLlama, "llama3", "longrope")).find("unsupported rope type 'longrope'"), std::string::npos);
   EXPECT_NE(error_of(with(kLlama, R"("silu")", R"("gelu")")).find("hidden_act 'gelu'"), std::string::npos);
   EXPECT_NE(error_of("{not json").find("not valid JSON"), std::string::npos);
+}
+
+// ---- MoE / MLA fixtures (tests/fixtures/README.md, "MoE / MLA models") ----
+
+TEST(HfConfigMoe, DeepseekV3NativeConfig) {
+  const ModelConfig c = fixture("deepseek_v3");
+  EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
+  EXPECT_EQ(c.tensor_prefix, "model.");
+  EXPECT_EQ(c.media_placeholder_token_id, -1);
+  EXPECT_EQ(c.quant.method, QuantConfig::Method::None);
+  EXPECT_EQ(c.torch_dtype, DType::BF16);  // from "dtype"
+  EXPECT_EQ(c.rms_norm_eps, 1e-3);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  ASSERT_TRUE(c.mla);
+  EXPECT_EQ(c.mla->q_lora_rank, 40);
+  EXPECT_EQ(c.mla->kv_lora_rank, 32);
+  EXPECT_EQ(c.mla->qk_nope_head_dim, 16);
+  EXPECT_EQ(c.mla->qk_rope_head_dim, 8);
+  EXPECT_EQ(c.mla->v_head_dim, 12);
+  EXPECT_TRUE(c.mla->rope_interleave);
+  EXPECT_EQ(c.head_dim, 8);  // the rope dim, as transformers sets it
+  // YaRN from rope_parameters: mscale == mscale_all_dim, so cos/sin are not scaled.
+  EXPECT_EQ(c.rope.type, RopeConfig::Type::Yarn);
+  EXPECT_EQ(c.rope.theta, 10000.0);
+  EXPECT_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_EQ(c.rope.beta_fast, 32.0);
+  EXPECT_EQ(c.rope.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.attention_factor, 1.0);
+  EXPECT_EQ(c.rope.mscale_all_dim, 1.0);
+  // softmax scale = 24^-0.5 * mscale(4, 1)^2 = 0.264642258 (plain 0.204124145).
+  EXPECT_NEAR(c.mla->softmax_scale, std::pow(24.0, -0.5) * mscale(4, 1) * mscale(4, 1), 1e-12);
+  EXPECT_NEAR(c.mla->softmax_scale, 0.264642258, 1e-9);
+  ASSERT_TRUE(c.moe);
+  EXPECT_EQ(c.moe->routing, MoeConfig::Routing::SigmoidGroupedTopk);
+  EXPECT_EQ(c.moe->num_experts, 16);
+  EXPECT_EQ(c.moe->experts_per_token, 4);
+  EXPECT_EQ(c.moe->expert_intermediate_size, 32);
+  EXPECT_EQ(c.moe->num_shared_experts, 1);
+  EXPECT_EQ(c.moe->n_group, 4);
+  EXPECT_EQ(c.moe->topk_group, 2);
+  EXPECT_TRUE(c.moe->norm_topk_prob);
+  EXPECT_EQ(c.moe->routed_scaling_factor, 2.5);
+  EXPECT_TRUE(c.moe->score_bias);
+  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));  // first_k_dense_replace 1
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_TRUE(c.is_moe_layer(3));
+}
+
+TEST(HfConfigMoe, KimiK2RealConfigYarnAttentionFactor) {
+  const ModelConfig c = fixture("kimi_k2");
+  EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
+  EXPECT_EQ(c.num_layers, 4);  // the MTP layer (num_nextn_predict_layers) is not a decoder layer
+  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));
+  ASSERT_TRUE(c.mla);
+  EXPECT_EQ(c.mla->q_lora_rank, 48);
+  EXPECT_EQ(c.mla->kv_lora_rank, 24);
+  EXPECT_EQ(c.mla->qk_head_dim(), 20);
+  EXPECT_EQ(c.mla->v_head_dim, 16);
+  EXPECT_TRUE(c.mla->rope_interleave);  // key absent: transformers' default
+  // rope_scaling {"type": "yarn"} with the top-level rope_theta.
+  EXPECT_EQ(c.rope.type, RopeConfig::Type::Yarn);
+  EXPECT_EQ(c.rope.theta, 50000.0);
+  EXPECT_EQ(c.rope.factor, 32.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_EQ(c.rope.beta_fast, 1.0);
+  EXPECT_EQ(c.rope.beta_slow, 1.0);
+  // mscale 0.707 vs mscale_all_dim 1: (0.1*0.707*ln32 + 1) / (0.1*ln32 + 1) = 0.924589296.
+  EXPECT_NEAR(c.rope.attention_factor, mscale(32, 0.707) / mscale(32, 1.0), 1e-12);
+  EXPECT_NEAR(c.rope.attention_factor, 0.924589296, 1e-9);
+  EXPECT_NEAR(c.mla->softmax_scale, std::pow(20.0, -0.5) * mscale(32, 1) * mscale(32, 1), 1e-12);
+  EXPECT_NEAR(c.mla->softmax_scale, 0.405457359, 1e-9);
+  ASSERT_TRUE(c.moe);
+  EXPECT_EQ(c.moe->num_experts, 12);
+  EXPECT_EQ(c.moe->experts_per_token, 3);
+  EXPECT_EQ(c.moe->n_group, 1);
+  EXPECT_EQ(c.moe->topk_group, 1);
+  EXPECT_EQ(c.moe->routed_scaling_factor, 2.827);
+  EXPECT_EQ(c.torch_dtype, DType::BF16);  // from "torch_dtype"
+}
+
+// The math is chosen by architecture: model_type "kimi_k2" and "deepseek_v3" parse the same.
+TEST(HfConfigMoe, ModelTypeKimiK2ParsesAsDeepseekV3) {
+  const std::string kimi = fixture_config("kimi_k2");
+  expect_same_moe_mla(parse_model_config(kimi, "kimi"),
+                      parse_model_config(with(kimi, R"("model_type": "kimi_k2")", R"("model_type": "deepseek_v3")"), "ds"));
+  const std::string ds = fixture_config("deepseek_v3");
+  expect_same_moe_mla(parse_model_config(ds, "ds"),
+                      parse_model_config(with(ds, R"("model_type": "deepseek_v3")", R"("model_type": "kimi_k2")"), "kimi"));
+}
+
+TEST(HfConfigMoe, DeepseekV3WithoutQLora) {
+  const ModelConfig c = fixture("deepseek_v3_noqlora");
+  ASSERT_TRUE(c.mla);
+  EXPECT_EQ(c.mla->q_lora_rank, 0);  // null: q_proj reads the hidden state
+  EXPECT_FALSE(c.mla->rope_interleave);
+  EXPECT_EQ(c.rope.type, RopeConfig::Type::Default);
+  EXPECT_EQ(c.rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.mla->softmax_scale, std::pow(24.0, -0.5));  // default rope: no mscale
+  ASSERT_TRUE(c.moe);
+  EXPECT_FALSE(c.moe->norm_topk_prob);
+  EXPECT_EQ(c.moe->expert_intermediate_size, 16);
+  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));
+}
+
+TEST(HfConfigMoe, KimiK25WrapperReadsTextConfig) {
+  const ModelConfig c = fixture("kimi_k25_int4");
+  EXPECT_EQ(c.architecture, "KimiK25ForConditionalGeneration");
+  EXPECT_EQ(c.tensor_prefix, "language_model.model.");
+  EXPECT_EQ(c.media_placeholder_token_id, 158);
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.intermediate_size, 96);
+  EXPECT_EQ(c.vocab_size, 160);
+  EXPECT_EQ(c.rms_norm_eps, 1e-5);
+  ASSERT_TRUE(c.mla);
+  EXPECT_EQ(c.mla->q_lora_rank, 32);
+  EXPECT_EQ(c.mla->qk_head_dim(), 24);
+  EXPECT_EQ(c.rope.type, RopeConfig::Type::Yarn);
+  EXPECT_EQ(c.rope.factor, 64.0);
+  EXPECT_EQ(c.rope.theta, 50000.0);
+  EXPECT_DOUBLE_EQ(c.rope.attention_factor, 1.0);
+  EXPECT_NEAR(c.mla->softmax_scale, 0.409215778, 1e-9);
+  ASSERT_TRUE(c.moe);
+  EXPECT_EQ(c.moe->num_experts, 8);
+  EXPECT_EQ(c.moe->experts_per_token, 2);
+  EXPECT_EQ(c.moe->expert_intermediate_size, 64);
+  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));
+  // quantization_config inside text_config.
+  EXPECT_EQ(c.quant.method, QuantConfig::Method::Int4Group);
+  EXPECT_EQ(c.quant.group_size, 32);
+  EXPECT_EQ(c.quant.targets, std::vector<std::string>{"Linear"});
+  EXPECT_EQ(c.quant.ignore.size(), 6u);
+  EXPECT_EQ(c.quant.ignore_res.size(), 6u);
+  EXPECT_EQ(c.quant.describe(), "int4 groups of 32 (compressed-tensors pack-quantized)");
+  // Without a placeholder id the wrapper reports none.
+  EXPECT_EQ(parse_model_config(with(fixture_config("kimi_k25_int4"), R"("media_placeholder_token_id": 158,)", ""), "k")
+                .media_placeholder_token_id,
+            -1);
+}
+
+TEST(HfConfigMoe, DeepseekV3Fp8Blocks) {
+  const ModelConfig c = fixture("deepseek_v3_fp8");
+  EXPECT_EQ(c.quant.method, QuantConfig::Method::Fp8Block);
+  EXPECT_EQ(c.quant.block_rows, 16);
+  EXPECT_EQ(c.quant.block_cols, 8);
+  EXPECT_EQ(c.hidden_size, 72);
+  EXPECT_EQ(c.rope.factor, 40.0);
+  EXPECT_NEAR(c.mla->softmax_scale, 0.382498888, 1e-9);
+  EXPECT_EQ(c.moe->n_group, 2);
+  EXPECT_EQ(c.moe->topk_group, 1);
+  EXPECT_EQ(c.moe->experts_per_token, 2);
+  EXPECT_EQ(c.tensor_prefix, "model.");
+}
+
+TEST(HfConfigMoe, Qwen3MoeLayersBySparseStepAndMlpOnlyLayers) {
+  const ModelConfig c = fixture("qwen3_moe");
+  EXPECT_FALSE(c.mla);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.rope.type, RopeConfig::Type::Default);
+  ASSERT_TRUE(c.moe);
+  EXPECT_EQ(c.moe->routing, MoeConfig::Routing::SoftmaxTopk);
+  EXPECT_EQ(c.moe->num_experts, 8);
+  EXPECT_EQ(c.moe->experts_per_token, 2);
+  EXPECT_EQ(c.moe->expert_intermediate_size, 32);
+  EXPECT_EQ(c.moe->num_shared_experts, 0);
+  EXPECT_FALSE(c.moe->norm_topk_prob);
+  EXPECT_FALSE(c.moe->score_bias);
+  // step 2 makes 1, 3, 5 MoE; mlp_only_layers [1] makes 1 dense.
+  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, false, false, true, false, true}));
+
+  const std::string text = fixture_config("qwen3_moe");
+  // transformers 5 spells the expert count num_local_experts.
+  const ModelConfig local = parse_model_config(with(text, R"("num_experts":)", R"("num_local_experts":)"), "q");
+  ASSERT_TRUE(local.moe);
+  EXPECT_EQ(local.moe->num_experts, 8);
+  // Step 1 and no mlp_only_layers: every layer is MoE.
+  const ModelConfig all = parse_model_config(
+      with(with(text, R"("decoder_sparse_step": 2)", R"("decoder_sparse_step": 1)"), "[\n    1\n  ]", "[]"), "q");
+  EXPECT_EQ(all.moe_layers, std::vector<bool>(6, true));
+  // No experts: a dense model.
+  const ModelConfig dense = parse_model_config(with(text, R"("num_experts": 8)", R"("num_experts": 0)"), "q");
+  EXPECT_FALSE(dense.moe);
+  EXPECT_FALSE(dense.is_moe_layer(3));
+  EXPECT_TRUE(has(error_of(with(text, R"("num_experts": 8)", R"("num_experts_x": 8)")), "num_local_experts"));
+}
+
+TEST(HfConfigMoe, DeepseekMoeLayersByFirstDenseAndFrequency) {
+  const std::string ds = fixture_config("deepseek_v3");
+  // Original DeepSeek rule: MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0.
+  const ModelConfig freq2 = parse_model_config(
+      with(ds, R"("first_k_dense_replace": 1,)", R"("first_k_dense_replace": 1, "moe_layer_freq": 2,)"), "c");
+  EXPECT_EQ(freq2.moe_layers, (std::vector<bool>{false, false, true, false}));
+  const ModelConfig dense3 =
+      parse_model_config(with(ds, R"("first_k_dense_replace": 1,)", R"("first_k_dense_replace": 3,)"), "c");
+  EXPECT_EQ(dense3.moe_layers, (std::vector<bool>{false, false, false, true}));
+  // Absent: DeepseekV3Config's default 3.
+  const ModelConfig absent = parse_model_config(with(ds, R"("first_k_dense_replace": 1,)", ""), "c");
+  EXPECT_EQ(absent.moe_layers, (std::vector<bool>{false, false, false, true}));
+}
+
+TEST(HfConfigMoe, ErrorsNameTheProblem) {
+  const std::string ds = fixture_config("deepseek_v3");
+  const std::string fp8 = fixture_config("deepseek_v3_fp8");
+  const std::string k25 = fixture_config("kimi_k25_int4");
+  for (const char* method : {"awq", "gptq", "bitsandbytes"}) {
+    const std::string e = error_of(with(fp8, R"("quant_method": "fp8")", std::string(R"("quant_method": ")") + method + "\""));
+    EXPECT_TRUE(has(e, std::string("quant_method '") + method + "' is not supported")) << e;
+  }
+  EXPECT_TRUE(has(error_of(with(fp8, R"("weight_block_size")", R"("weight_block_size_x")")), "weight_block_size"));
+  // compressed-tensors variants other than int4 symmetric pack-quantized weights, inside text_config.
+  EXPECT_TRUE(has(error_of(with(k25, R"("num_bits": 4)", R"("num_bits": 8)")), "num_bits 8"));
+  EXPECT_TRUE(has(error_of(with(k25, R"("symmetric": true)", R"("symmetric": false)")), "symmetric"));
+  EXPECT_TRUE(has(error_of(with(k25, R"("input_activations": null)",
+                                R"("input_activations": {"num_bits": 8, "type": "float"})")),
+                  "input_activations"));
+  EXPECT_TRUE(has(error_of(with(k25, R"("format": "pack-quantized")", R"("format": "float-quantized")")),
+                  "format 'float-quantized'"));
+  // Routing other than noaux_tc/sigmoid.
+  EXPECT_TRUE(has(error_of(with(fp8, R"("topk_method": "noaux_tc")", R"("topk_method": "greedy")")),
+                  "topk_method 'greedy'"));
+  EXPECT_TRUE(has(error_of(with(fp8, R"("scoring_func": "sigmoid")", R"("scoring_func": "softmax")")),
+                  "scoring_func 'softmax'"));
+  // MLA shares no kv heads.
+  EXPECT_TRUE(has(error_of(with(ds, R"("num_key_value_heads": 4)", R"("num_key_value_heads": 2)")),
+                  "MLA needs num_key_value_heads (2) equal to num_attention_heads (4)"));
+  EXPECT_TRUE(has(error_of(with(ds, R"("n_group": 4)", R"("n_group": 3)")),
+                  "n_group 3 does not divide n_routed_experts 16"));
+  EXPECT_TRUE(has(error_of(with(ds, R"("topk_group": 2)", R"("topk_group": 5)")), "topk_group 5"));
+  EXPECT_TRUE(has(error_of(with(ds, R"("num_experts_per_tok": 4)", R"("num_experts_per_tok": 9)")),
+                  "num_experts_per_tok 9 exceeds"));
+  EXPECT_TRUE(has(error_of(with(ds, R"("rope_type": "yarn")", R"("rope_type": "longrope")")),
+                  "unsupported rope type 'longrope'"));
+  // Kimi-K2.5 needs its text_config.
+  EXPECT_TRUE(has(error_of(with(k25, R"("text_config")", R"("text_config_x")")),
+                  "KimiK25ForConditionalGeneration needs a 'text_config' object"));
+  // Errors inside text_config say so.
+  EXPECT_TRUE(has(error_of(with(k25, R"("hidden_size": 64,)", "")), "(text_config): missing key 'hidden_size'"));
+  // architectures must be a list of exactly one string.
+  const std::string arch = "[\n    \"DeepseekV3ForCausalLM\"\n  ]";
+  for (const char* bad : {R"("DeepseekV3ForCausalLM")", "[]", R"(["DeepseekV3ForCausalLM", "LlamaForCausalLM"])", "[3]"}) {
+    const std::string e = error_of(with(ds, arch, bad));
+    EXPECT_TRUE(has(e, "'architectures' must list exactly one architecture name")) << bad << ": " << e;
+  }
+  EXPECT_TRUE(has(error_of(with(ds, "\"architectures\"", "\"archs\"")), "'architectures'"));
 }
 
 }  // namespace layertap

@@ -41,7 +41,7 @@ void route_sigmoid_grouped(const MoeConfig& m, const float* logits, const float*
   std::vector<bool> kept(std::size_t(m.n_group), false);
   for (int32_t g : top_k(group_scores.data(), m.n_group, m.topk_group)) kept[std::size_t(g)] = true;
   for (int64_t e = 0; e < E; ++e)
-    if (!kept[std::size_t(e / per_group)]) choice[std::size_t(e)] = 0.0f;
+    if (!kept[std::size_t(e / per_group)]) choice[std::size_t(e)] = -std::numeric_limits<float>::infinity();
   const auto chosen = top_k(choice.data(), E, k);
   float sum = 0.0f;
   for (int64_t j = 0; j < k; ++j) {

@@ -1,0 +1,173 @@
+// quantization_config parsing (DeepSeek fp8 blocks, compressed-tensors int4 groups, refusals naming
+// the unsupported method/scheme) and QuantConfig::int4_packed: which modules are stored packed,
+// with compressed-tensors' matching rules ("re:" = Python re.match, anchored at the start only;
+// other entries match whole module names; the target "Linear" matches every Linear).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.hpp"
+#include "model/hf_config.hpp"
+#include "model/quant_config.hpp"
+
+namespace layertap {
+namespace {
+
+using nlohmann::json;
+
+// A compressed-tensors int4 config with the given targets and ignore list.
+json int4(json targets, json ignore) {
+  return json{{"quant_method", "compressed-tensors"},
+              {"format", "pack-quantized"},
+              {"config_groups",
+               {{"group_0",
+                 {{"targets", std::move(targets)},
+                  {"input_activations", nullptr},
+                  {"output_activations", nullptr},
+                  {"weights",
+                   {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 32}}}}}}},
+              {"ignore", std::move(ignore)}};
+}
+
+std::string error_of(const json& q) {
+  try {
+    parse_quant_config(q, "config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& error, const std::string& part) { return error.find(part) != std::string::npos; }
+
+const QuantConfig& kimi_k25() {
+  static const QuantConfig q =
+      load_model_config(std::string(LAYERTAP_FIXTURES) + "/models/kimi_k25_int4/config.json").quant;
+  return q;
+}
+
+}  // namespace
+
+TEST(QuantConfig, KimiK25IgnoreListPacksOnlyRoutedExperts) {
+  const QuantConfig& q = kimi_k25();
+  ASSERT_EQ(q.method, QuantConfig::Method::Int4Group);
+  const std::string p = "language_model.model.layers.1.";
+  for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
+    EXPECT_TRUE(q.int4_packed(p + "mlp.experts.3." + proj)) << proj;
+  EXPECT_TRUE(q.int4_packed(p + "mlp.experts.0.down_proj"));
+  for (const std::string& m : {p + "self_attn.q_a_proj", p + "self_attn.kv_b_proj", p + "self_attn.o_proj",
+                              p + "mlp.shared_experts.gate_proj", p + "mlp.shared_experts.down_proj",
+                              std::string("language_model.model.layers.0.mlp.gate_proj"),
+                              std::string("language_model.model.layers.0.mlp.up_proj"),
+                              std::string("language_model.model.layers.0.mlp.down_proj"),
+                              std::string("language_model.lm_head"), std::string("vision_tower.encoder.blocks.0.wqkv"),
+                              std::string("mm_projector.proj.0")})
+    EXPECT_FALSE(q.int4_packed(m)) << m;
+}
+
+TEST(QuantConfig, RePatternsAnchorAtTheStartOnly) {
+  const QuantConfig start = parse_quant_config(int4({"Linear"}, {"re:mlp"}), "c");
+  EXPECT_TRUE(start.int4_packed("x.mlp"));    // re.match("mlp", "x.mlp") is None
+  EXPECT_FALSE(start.int4_packed("mlp.x"));   // matches at the start
+  EXPECT_FALSE(start.int4_packed("mlpx"));    // not anchored at the end either
+  const QuantConfig any = parse_quant_config(int4({"Linear"}, {"re:.*mlp"}), "c");
+  EXPECT_FALSE(any.int4_packed("x.mlp"));
+  EXPECT_FALSE(any.int4_packed("x.mlp.experts.0.up_proj"));  // prefix match, not fullmatch
+  EXPECT_TRUE(any.int4_packed("x.attn"));
+  // Escaped dots and alternation as Kimi writes them.
+  const QuantConfig kimi = parse_quant_config(int4({"Linear"}, {R"(re:.*mlp\.(gate|up|gate_up|down)_proj.*)"}), "c");
+  EXPECT_FALSE(kimi.int4_packed("m.layers.0.mlp.gate_up_proj"));
+  EXPECT_TRUE(kimi.int4_packed("m.layers.0.mlpXgate_proj"));  // '\.' is a literal dot
+  EXPECT_TRUE(kimi.int4_packed("m.layers.0.mlp.experts.1.gate_proj"));
+}
+
+TEST(QuantConfig, PlainEntriesMatchWholeNames) {
+  const QuantConfig q = parse_quant_config(int4({"Linear"}, {"model.layers.1.mlp"}), "c");
+  EXPECT_FALSE(q.int4_packed("model.layers.1.mlp"));
+  EXPECT_TRUE(q.int4_packed("model.layers.1.mlp.experts.0.up_proj"));
+  EXPECT_TRUE(q.int4_packed("xmodel.layers.1.mlp"));
+  EXPECT_TRUE(q.int4_packed("model.layers.1.ml"));
+}
+
+TEST(QuantConfig, TargetsLinearOrPattern) {
+  const QuantConfig linear = parse_quant_config(int4({"Linear"}, json::array()), "c");
+  EXPECT_TRUE(linear.int4_packed("model.layers.0.self_attn.o_proj"));
+  EXPECT_TRUE(linear.int4_packed("anything"));
+  const QuantConfig experts = parse_quant_config(int4({"re:.*experts.*"}, json::array()), "c");
+  EXPECT_TRUE(experts.int4_packed("model.layers.1.mlp.experts.0.down_proj"));
+  EXPECT_FALSE(experts.int4_packed("model.layers.0.mlp.down_proj"));
+  EXPECT_FALSE(experts.int4_packed("model.layers.1.self_attn.o_proj"));
+  // Ignore wins over targets.
+  const QuantConfig both = parse_quant_config(int4({"re:.*experts.*"}, {"re:.*experts\\.0\\..*"}), "c");
+  EXPECT_FALSE(both.int4_packed("m.experts.0.up_proj"));
+  EXPECT_TRUE(both.int4_packed("m.experts.1.up_proj"));
+}
+
+TEST(QuantConfig, NoneAndFp8PackNothing) {
+  EXPECT_FALSE(QuantConfig{}.int4_packed("model.layers.1.mlp.experts.0.down_proj"));
+  const QuantConfig fp8 = parse_quant_config(
+      json{{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}},
+      "c");
+  EXPECT_EQ(fp8.method, QuantConfig::Method::Fp8Block);
+  EXPECT_EQ(fp8.block_rows, 128);
+  EXPECT_EQ(fp8.block_cols, 128);
+  EXPECT_EQ(fp8.describe(), "fp8 e4m3 blocks [128, 128]");
+  EXPECT_FALSE(fp8.int4_packed("model.layers.1.mlp.experts.0.down_proj"));
+  EXPECT_EQ(QuantConfig{}.describe(), "none");
+}
+
+TEST(QuantConfig, RefusalsNameTheProblem) {
+  for (const char* method : {"awq", "gptq", "bitsandbytes"})
+    EXPECT_TRUE(has(error_of(json{{"quant_method", method}, {"bits", 4}}),
+                    std::string("quant_method '") + method + "' is not supported"))
+        << method;
+  // fp8
+  EXPECT_TRUE(has(error_of(json{{"quant_method", "fp8"}, {"fmt", "e4m3"}}), "weight_block_size"));
+  EXPECT_TRUE(has(error_of(json{{"quant_method", "fp8"}, {"weight_block_size", {128}}}), "weight_block_size"));
+  EXPECT_TRUE(has(error_of(json{{"quant_method", "fp8"}, {"fmt", "e5m2"}, {"weight_block_size", {128, 128}}}),
+                  "format 'e5m2'"));
+  EXPECT_TRUE(has(error_of(json{{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}), "weight_block_size"));
+  // compressed-tensors
+  json q = int4({"Linear"}, json::array());
+  q["config_groups"]["group_0"]["weights"]["num_bits"] = 8;
+  EXPECT_TRUE(has(error_of(q), "num_bits 8")) << error_of(q);
+  q = int4({"Linear"}, json::array());
+  q["config_groups"]["group_0"]["weights"]["symmetric"] = false;
+  EXPECT_TRUE(has(error_of(q), "symmetric 0")) << error_of(q);
+  q = int4({"Linear"}, json::array());
+  q["config_groups"]["group_0"]["weights"]["strategy"] = "channel";
+  EXPECT_TRUE(has(error_of(q), "strategy 'channel'")) << error_of(q);
+  q = int4({"Linear"}, json::array());
+  q["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}, {"type", "float"}};
+  EXPECT_TRUE(has(error_of(q), "quantizes input_activations")) << error_of(q);
+  // GPTQ group activation ordering: columns map to groups through weight_g_idx, which is not applied.
+  for (const json& actorder : {json("group"), json("dynamic"), json(true)}) {
+    q = int4({"Linear"}, json::array());
+    q["config_groups"]["group_0"]["weights"]["actorder"] = actorder;
+    EXPECT_TRUE(has(error_of(q), "actorder " + actorder.dump() + " is not supported")) << error_of(q);
+  }
+  for (const json& actorder : {json(nullptr), json("weight"), json("static"), json(false)}) {
+    q = int4({"Linear"}, json::array());
+    q["config_groups"]["group_0"]["weights"]["actorder"] = actorder;
+    EXPECT_EQ(error_of(q), "") << actorder.dump();
+  }
+  q = int4({"Linear"}, json::array());
+  q["format"] = "float-quantized";
+  EXPECT_TRUE(has(error_of(q), "format 'float-quantized'")) << error_of(q);
+  q = int4({"Linear"}, json::array());
+  q["config_groups"]["group_0"]["format"] = "naive-quantized";  // a group's own format wins
+  EXPECT_TRUE(has(error_of(q), "format 'naive-quantized'")) << error_of(q);
+  q = int4({"Linear"}, json::array());
+  q["config_groups"] = json::object();
+  EXPECT_TRUE(has(error_of(q), "no config_groups")) << error_of(q);
+  q = int4({"Linear"}, json::array());
+  q["config_groups"]["group_1"] = q["config_groups"]["group_0"];
+  q["config_groups"]["group_1"]["weights"]["group_size"] = 64;
+  EXPECT_TRUE(has(error_of(q), "group_size 64 differs")) << error_of(q);
+  // A pattern std::regex cannot compile (Python's named group) is refused naming it.
+  EXPECT_TRUE(has(error_of(int4({"Linear"}, {"re:(?P<x>mlp)"})), "pattern 're:(?P<x>mlp)'"));
+  EXPECT_TRUE(has(error_of(int4({"Linear"}, "re:.*mlp")), "'ignore' must be a list"));
+}
+
+}  // namespace layertap
