@@ -100,14 +100,23 @@ void to_float(DType t, const void* src, float* dst, std::size_t n) {
     case DType::F32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
+    // 16-bit elements may sit at odd addresses inside a mapped file: read them with memcpy.
     case DType::BF16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+      const auto* s = static_cast<const std::byte*>(src);
+      for (std::size_t i = 0; i < n; ++i) {
+        uint16_t v;
+        std::memcpy(&v, s + 2 * i, 2);
+        dst[i] = bf16_to_float(v);
+      }
       return;
     }
     case DType::F16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
+      const auto* s = static_cast<const std::byte*>(src);
+      for (std::size_t i = 0; i < n; ++i) {
+        uint16_t v;
+        std::memcpy(&v, s + 2 * i, 2);
+        dst[i] = fp16_to_float(v);
+      }
       return;
     }
     case DType::F8_E4M3: {

@@ -26,11 +26,21 @@ using nlohmann::json;
 // then the data block that the header's data_offsets index into.
 class SafetensorsFile {
  public:
+  static constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the format's limit
+
   explicit SafetensorsFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO in place of the file must not block the open; it is refused below.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     LT_CHECK(fd_ >= 0, "cannot open weights file '", path, "': ", std::strerror(errno));
     struct stat st {};
-    LT_CHECK(::fstat(fd_, &st) == 0, "cannot stat '", path, "': ", std::strerror(errno));
+    const bool stat_ok = ::fstat(fd_, &st) == 0;
+    if (!stat_ok || !S_ISREG(st.st_mode)) {
+      const int err = errno;
+      ::close(fd_);
+      fd_ = -1;
+      LT_FAIL("weights file '", path, "' ", stat_ok ? std::string("is not a regular file")
+                                                    : cat("cannot be stat'ed: ", std::strerror(err)));
+    }
     size_ = std::size_t(st.st_size);
     LT_CHECK(size_ >= 8, "weights file '", path, "' is too small to be safetensors (", size_, " bytes)");
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
@@ -40,6 +50,8 @@ class SafetensorsFile {
     std::memcpy(&header_len, base_, 8);  // little-endian on every platform we build for
     LT_CHECK(header_len <= size_ - 8, "weights file '", path, "' has a header length ", header_len,
              " beyond its size ", size_);
+    LT_CHECK(header_len <= kMaxHeaderBytes, "weights file '", path, "' has a header of ", header_len,
+             " bytes; the safetensors format allows at most ", kMaxHeaderBytes);
     header_.assign(reinterpret_cast<const char*>(base_) + 8, std::size_t(header_len));
     data_ = base_ + 8 + header_len;
     data_size_ = size_ - 8 - std::size_t(header_len);
@@ -51,14 +63,27 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  // Adds every tensor of this file to `out`, checking each one's bytes lie inside the data block.
+  // Adds every tensor of this file to `out`, enforcing the format's rules: unique names, known
+  // dtypes, byte size = shape x dtype size (no overflow), and data_offsets that are sorted,
+  // contiguous, non-overlapping and cover the data block exactly.
   void list(std::map<std::string, TensorInfo>& out) const {
     json h;
+    std::set<std::string> names;
+    std::string duplicate;
     try {
-      h = json::parse(header_);
+      // nlohmann keeps the last of two equal keys silently; the callback sees each top-level key.
+      h = json::parse(header_, [&](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+          duplicate = parsed.get<std::string>();
+        return true;
+      });
     } catch (const json::exception& e) {
       LT_FAIL("weights file '", path_, "' has a malformed header: ", e.what());
     }
+    LT_CHECK(duplicate.empty(), "weights file '", path_, "': tensor '", duplicate, "' appears twice in the header");
+    LT_CHECK(h.is_object(), "weights file '", path_, "': the header is not a JSON object");
+    std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end) per tensor, for the layout check
+    std::map<std::string, TensorInfo> mine;
     for (auto& [name, v] : h.items()) {
       if (name == "__metadata__") continue;
       try {
@@ -69,21 +94,33 @@ class SafetensorsFile {
         t.shape = v.at("shape").get<std::vector<int64_t>>();
         const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
         LT_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size_, "data_offsets out of the file");
-        uint64_t n = 1;
+        uint64_t n = dtype_size(t.dtype);
         for (int64_t d : t.shape) {
           LT_CHECK(d >= 0, "negative dimension");
-          n *= uint64_t(d);
+          LT_CHECK(!__builtin_mul_overflow(n, uint64_t(d), &n), "shape ", shape_str(t.shape), " overflows 64 bits");
         }
-        LT_CHECK(n * dtype_size(t.dtype) == off[1] - off[0], "holds ", off[1] - off[0],
-                 " bytes, its shape and dtype need ", n * dtype_size(t.dtype));
+        LT_CHECK(n == off[1] - off[0], "holds ", off[1] - off[0], " bytes, its shape and dtype need ", n);
         t.data = data_ + off[0];
-        LT_CHECK(out.emplace(name, t).second, "tensor appears in two files");
+        spans.emplace_back(off[0], off[1]);
+        mine.emplace(name, t);
       } catch (const Error& e) {
         LT_FAIL("weights file '", path_, "': tensor '", name, "': ", e.what());
       } catch (const json::exception& e) {
         LT_FAIL("weights file '", path_, "': tensor '", name, "': malformed entry: ", e.what());
       }
     }
+    std::sort(spans.begin(), spans.end());
+    uint64_t end = 0;
+    for (const auto& [b, e] : spans) {
+      LT_CHECK(b == end, "weights file '", path_, "': tensor data ", b < end ? "overlaps" : "leaves a gap", " at byte ",
+               std::min(b, end), " of the data block (the format requires contiguous, non-overlapping tensors)");
+      end = e;
+    }
+    LT_CHECK(end == data_size_, "weights file '", path_, "': the tensors cover ", end, " of the ", data_size_,
+             " bytes after the header");
+    for (auto& [name, t] : mine)
+      LT_CHECK(out.emplace(name, t).second, "tensor '", name, "' appears in two files ('", out.at(name).file,
+               "' and '", path_, "')");
   }
 
   const std::string& header() const { return header_; }
@@ -119,7 +156,15 @@ std::vector<std::string> checkpoint_files(const std::string& model_dir) {
   }
   LT_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "'", index.string(), "' has no weight_map");
   std::set<std::string> names;
-  for (auto& [tensor, file] : j["weight_map"].items()) names.insert(file.get<std::string>());
+  for (auto& [tensor, file] : j["weight_map"].items()) {
+    // Plain file names only: an entry must not lead out of the model directory.
+    LT_CHECK(file.is_string() && !file.get<std::string>().empty(), "'", index.string(), "': tensor '", tensor,
+             "' maps to ", file.dump(), ", not a file name");
+    const std::string name = file.get<std::string>();
+    LT_CHECK(name.find('/') == std::string::npos && name != "." && name != "..", "'", index.string(), "': tensor '",
+             tensor, "' maps to '", name, "', which is not a plain file name inside the model directory");
+    names.insert(name);
+  }
   std::vector<std::string> files;
   for (const std::string& f : names) files.push_back((dir / f).string());
   return files;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +76,60 @@ TEST_F(Safetensors, RejectsOffsetsThatDisagreeWithShapes) {
   EXPECT_NE(error_of([&] { Checkpoint ck(checkpoint_files(dir.string())); }).find("tensor 'a'"), std::string::npos);
   write_sample(dir, R"({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 4000]}})");
   EXPECT_NE(error_of([&] { Checkpoint ck(checkpoint_files(dir.string())); }).find("data_offsets"), std::string::npos);
+}
+
+// The format's header rules (one row per rule), on the 30-byte data block of write_sample.
+TEST_F(Safetensors, EnforcesTheHeaderRules) {
+  const struct {
+    const char* header;
+    const char* message;
+  } rows[] = {
+      {R"({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+           "a": {"dtype": "BF16", "shape": [3], "data_offsets": [24, 30]}})",
+       "tensor 'a' appears twice in the header"},
+      {R"({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+           "b": {"dtype": "BF16", "shape": [3], "data_offsets": [18, 24]}})",
+       "tensor data overlaps at byte 18"},
+      {R"({"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+           "b": {"dtype": "BF16", "shape": [3], "data_offsets": [24, 30]}})",
+       "tensor data leaves a gap at byte 16"},
+      {R"({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})", "the tensors cover 24 of the 30 bytes"},
+      {R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", "overflows 64 bits"},
+      {R"({"a": {"dtype": "F8_E5M2", "shape": [30], "data_offsets": [0, 30]}})", "unsupported safetensors dtype"},
+      {R"([1, 2])", "the header is not a JSON object"},
+  };
+  for (const auto& row : rows) {
+    write_sample(dir, row.header);
+    const std::string e = error_of([&] { Checkpoint ck(checkpoint_files(dir.string())); });
+    EXPECT_NE(e.find(row.message), std::string::npos) << row.message << " / got: " << e;
+    EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+  }
+}
+
+TEST_F(Safetensors, ReadsSixteenBitTensorsAtOddOffsets) {
+  write_sample(dir, R"({"u": {"dtype": "U8", "shape": [13], "data_offsets": [0, 13]},
+                        "h": {"dtype": "BF16", "shape": [1], "data_offsets": [13, 15]},
+                        "r": {"dtype": "U8", "shape": [15], "data_offsets": [15, 30]}})");
+  // Bytes 12..15 of the data block hold the float32 3.0 (00 00 40 40): bytes 13..14 (00 40) are
+  // the bf16 0x4000 = 2.0, at an odd address.
+  const Checkpoint ck(checkpoint_files(dir.string()));
+  EXPECT_EQ(ck.read("h", {1}), (std::vector<float>{2.0f}));
+}
+
+TEST_F(Safetensors, RefusesAFifoInsteadOfBlocking) {
+  fs::create_directories(dir);
+  ASSERT_EQ(::mkfifo((dir / "model.safetensors").c_str(), 0600), 0);
+  EXPECT_NE(error_of([&] { Checkpoint ck(checkpoint_files(dir.string())); }).find("is not a regular file"),
+            std::string::npos);
+}
+
+TEST_F(Safetensors, IndexEntriesStayInsideTheModelDirectory) {
+  write_sample(dir);
+  for (const char* entry : {R"("../model.safetensors")", R"("/etc/passwd")", R"("")", "7", R"("sub/x.safetensors")"}) {
+    std::ofstream(dir / "model.safetensors.index.json") << R"({"weight_map": {"a": )" << entry << "}}";
+    const std::string e = error_of([&] { checkpoint_files(dir.string()); });
+    EXPECT_NE(e.find("model.safetensors.index.json': tensor 'a' maps to"), std::string::npos) << entry << ": " << e;
+  }
 }
 
 TEST_F(Safetensors, FollowsTheShardIndex) {
