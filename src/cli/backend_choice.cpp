@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/device.hpp"
+#include "backend/cuda/local_shape.hpp"
 #include "comm/nccl_comm.hpp"
 #endif
 
@@ -52,21 +53,11 @@ class CudaRankBackend final : public Backend {
 }  // namespace
 #endif
 
-// Why the CUDA backend cannot run `cfg` yet ("" when it can): MLA, MoE, quantized weights and
-// YaRN RoPE have CPU parts only so far.
-std::string cuda_unsupported(const ModelConfig& cfg) {
-  if (cfg.mla) return "MLA attention";
-  if (cfg.moe) return "MoE layers";
-  if (cfg.quant.method != QuantConfig::Method::None) return "quantized weights (" + cfg.quant.describe() + ")";
-  if (cfg.rope.type == RopeConfig::Type::Yarn) return "YaRN RoPE";
-  return "";
-}
-
 std::string resolve_backend(const std::string& requested, const ModelConfig& cfg) {
 #ifdef LAYERTAP_HAVE_CUDA
   const bool gpu_here = cuda::visible_device_count() > 0;
   const bool gpu_everywhere = !any_rank(!gpu_here);
-  const std::string missing = cuda_unsupported(cfg);
+  const std::string missing = cuda::unsupported_parts(cfg);
   if (requested == "auto") return gpu_everywhere && missing.empty() ? "cuda" : "cpu";
   if (requested == "cuda") {
     LT_CHECK(missing.empty(), "--backend cuda: ", cfg.architecture, " needs ", missing,

@@ -101,28 +101,31 @@ void moe_ffn(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T,
            "MoE layer: e_score_correction_bias holds ", w.score_bias.size(), " values for ", m.num_experts, " experts");
   const Routing r = route(m, w, h, T, H);
   std::fill(out, out + T * H, 0.0f);
-  std::vector<int64_t> tokens;
-  std::vector<float> token_weights, x, y;
+  // The (token, weight) pairs routed to each expert this rank holds, in token order.
+  const int64_t held = int64_t(w.experts.size());
+  std::vector<std::vector<std::pair<int64_t, float>>> routed(w.experts.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < r.k; ++j) {
+      const int64_t local = r.experts[std::size_t(t * r.k + j)] - w.first_expert;
+      if (local >= 0 && local < held) routed[std::size_t(local)].emplace_back(t, r.weights[std::size_t(t * r.k + j)]);
+    }
+  std::vector<float> x, y;
   for (std::size_t i = 0; i < w.experts.size(); ++i) {
-    const int32_t e = int32_t(w.first_expert + int64_t(i));
-    tokens.clear();
-    token_weights.clear();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < r.k; ++j)
-        if (r.experts[std::size_t(t * r.k + j)] == e) {
-          tokens.push_back(t);
-          token_weights.push_back(r.weights[std::size_t(t * r.k + j)]);
-        }
+    const auto& tokens = routed[i];
     if (tokens.empty()) continue;
     const int64_t n = int64_t(tokens.size());
-    x.resize(std::size_t(n * H));  // [n, H] the tokens routed to expert e
+    x.resize(std::size_t(n * H));  // [n, H] the tokens routed to this expert
     y.resize(std::size_t(n * H));
-    for (int64_t a = 0; a < n; ++a) std::copy(h + tokens[std::size_t(a)] * H, h + (tokens[std::size_t(a)] + 1) * H, x.data() + a * H);
+    for (int64_t a = 0; a < n; ++a) {
+      const int64_t t = tokens[std::size_t(a)].first;
+      std::copy(h + t * H, h + (t + 1) * H, x.data() + a * H);
+    }
     mlp(w.experts[i], x.data(), n, y.data());
     for (int64_t a = 0; a < n; ++a) {
-      float* o = out + tokens[std::size_t(a)] * H;
+      const auto [t, weight] = tokens[std::size_t(a)];
+      float* o = out + t * H;
       const float* ya = y.data() + a * H;
-      for (int64_t c = 0; c < H; ++c) o[c] += ya[c] * token_weights[std::size_t(a)];
+      for (int64_t c = 0; c < H; ++c) o[c] += ya[c] * weight;
     }
   }
   if (w.has_shared) {

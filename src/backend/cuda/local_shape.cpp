@@ -6,15 +6,18 @@
 
 namespace layertap::cuda {
 
+std::string unsupported_parts(const ModelConfig& c) {
+  if (c.mla) return "MLA attention";
+  if (c.moe) return "MoE layers";
+  if (c.quant.method != QuantConfig::Method::None) return "quantized weights (" + c.quant.describe() + ")";
+  if (c.rope.type == RopeConfig::Type::Yarn) return "YaRN RoPE";
+  return "";
+}
+
 LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s) {
-  // MLA and MoE parts exist on the CPU backend only, so far.
-  LT_CHECK(!c.mla && !c.moe, "cuda backend: ", c.architecture, " (", c.mla ? "MLA attention" : "MoE",
-           ") runs on the CPU backend only in this version; use --backend cpu");
-  LT_CHECK(c.quant.method == QuantConfig::Method::None, "cuda backend: quantized checkpoints (",
-           c.quant.describe(), ") run on the CPU backend only in this version; use --backend cpu");
-  // The rope kernel does not apply YaRN's attention factor to cos/sin.
-  LT_CHECK(c.rope.type != RopeConfig::Type::Yarn, "cuda backend: YaRN RoPE runs on the CPU backend only in this "
-           "version; use --backend cpu");
+  const std::string missing = unsupported_parts(c);
+  LT_CHECK(missing.empty(), "cuda backend: ", c.architecture, " needs ", missing,
+           ", which the CUDA backend does not implement yet; use --backend cpu");
   check_tp_divisibility(c, s);
   LocalShape l;
   l.hidden = c.hidden_size;

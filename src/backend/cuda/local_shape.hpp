@@ -2,11 +2,16 @@
 // size divided as src/model/weights.cpp slices them), and the bytes its weights need in bf16.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "model/hf_config.hpp"
 #include "model/weights.hpp"
 
 namespace layertap::cuda {
+
+// What in `c` the CUDA backend does not implement yet ("" when it runs it): MLA attention, MoE
+// layers, quantized weights, YaRN RoPE (its attention factor is not in the rope kernel).
+std::string unsupported_parts(const ModelConfig& c);
 
 struct LocalShape {
   std::int64_t hidden = 0, layers = 0, vocab = 0, head_dim = 0;
