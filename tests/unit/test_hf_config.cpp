@@ -9,9 +9,12 @@
 
 #include "core/error.hpp"
 #include "model/hf_config.hpp"
+#include "error_text.hpp"
 
 namespace layertap {
 namespace {
+
+using test::has;
 
 const char* kLlama = R"({
   "architectures": ["LlamaForCausalLM"], "hidden_size": 72, "intermediate_size": 100,
@@ -90,8 +93,6 @@ void expect_same_moe_mla(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.tensor_prefix, b.tensor_prefix);
   EXPECT_EQ(a.quant.method, b.quant.method);
 }
-
-bool has(const std::string& error, const std::string& part) { return error.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -15,25 +15,18 @@
 #include "model/quant_config.hpp"
 #include "model/safetensors.hpp"
 #include "safetensors_io.hpp"
+#include "error_text.hpp"
 
 namespace layertap {
 namespace {
+
+using test::error_of;
+using test::has;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using test_io::raw;
 using test_io::RawTensors;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool has(const std::string& error, const std::string& part) { return error.find(part) != std::string::npos; }
 
 // int4 groups of 8 on every Linear but those named "plain*".
 QuantConfig int4_config() {

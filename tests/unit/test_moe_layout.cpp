@@ -11,9 +11,12 @@
 #include "core/error.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights.hpp"
+#include "error_text.hpp"
 
 namespace layertap {
 namespace {
+
+using test::has;
 
 using nlohmann::json;
 
@@ -38,8 +41,6 @@ std::string layout_error(const ModelConfig& c, int tp, MoeSplit split) {
   }
   return "";
 }
-
-bool has(const std::string& error, const std::string& part) { return error.find(part) != std::string::npos; }
 
 }  // namespace
 

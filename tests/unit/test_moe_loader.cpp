@@ -16,26 +16,19 @@
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 #include "safetensors_io.hpp"
+#include "error_text.hpp"
 
 namespace layertap {
 namespace {
+
+using test::error_of;
+using test::has;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using test_io::RawTensors;
 
 const fs::path kModels = fs::path(LAYERTAP_FIXTURES) / "models";
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool has(const std::string& error, const std::string& part) { return error.find(part) != std::string::npos; }
 
 ModelWeights load(const fs::path& dir, const TpShard& shard) {
   const Checkpoint ck(checkpoint_files(dir.string()));

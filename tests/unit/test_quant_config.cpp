@@ -10,9 +10,12 @@
 #include "core/error.hpp"
 #include "model/hf_config.hpp"
 #include "model/quant_config.hpp"
+#include "error_text.hpp"
 
 namespace layertap {
 namespace {
+
+using test::has;
 
 using nlohmann::json;
 
@@ -38,8 +41,6 @@ std::string error_of(const json& q) {
   }
   return "";
 }
-
-bool has(const std::string& error, const std::string& part) { return error.find(part) != std::string::npos; }
 
 const QuantConfig& kimi_k25() {
   static const QuantConfig q =

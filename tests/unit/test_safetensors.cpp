@@ -9,9 +9,12 @@
 
 #include "core/error.hpp"
 #include "model/safetensors.hpp"
+#include "error_text.hpp"
 
 namespace layertap {
 namespace {
+
+using test::error_of;
 
 namespace fs = std::filesystem;
 
@@ -33,15 +36,6 @@ fs::path write_sample(const fs::path& dir, const std::string& header_override = 
   out.write(reinterpret_cast<const char*>(a.data()), 24);
   out.write(reinterpret_cast<const char*>(b.data()), 6);
   return path;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 class Safetensors : public ::testing::Test {
