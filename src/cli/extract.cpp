@@ -213,9 +213,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   check_tp_divisibility(cfg, shard);
   const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
   // Every rank reads and validates the dataset (same errors everywhere) and keeps its group's part.
-  const std::vector<io::Sample> samples = io::read_jsonl_dataset(o.data, cfg.vocab_size);
+  const auto [samples, dataset_sha256] = io::read_jsonl_dataset(o.data, cfg.vocab_size);
   refuse_media_placeholders(samples, cfg);
-  const std::string dataset_sha256 = sha256_file(o.data);
   check_same_on_all_ranks("dataset", dataset_sha256);
   std::vector<int64_t> lengths;
   for (const io::Sample& s : samples) lengths.push_back(int64_t(s.input_ids.size()));

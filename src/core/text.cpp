@@ -27,4 +27,9 @@ std::string zero_pad(int64_t value, int width) {
   return digits;
 }
 
+std::string excerpt(std::string_view s, std::size_t max_chars) {
+  if (s.size() <= max_chars) return std::string(s);
+  return std::string(s.substr(0, max_chars)) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
 }  // namespace layertap

@@ -1,29 +1,45 @@
 #include "io/dataset.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
+#include "core/digest.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace layertap::io {
 namespace {
 
 using nlohmann::json;
 
-bool is_blank(const std::string& line) {
-  return line.find_first_not_of(" \t\r\n") == std::string::npos;
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-// Parses one non-blank line into `s` (whose index is already set). `where` names the file and line.
-void parse_sample(const std::string& line, const std::string& where, int64_t vocab_size,
-                  Sample& s) {
+}  // namespace
+
+Sample parse_sample_line(std::string_view line, int64_t index, const std::string& where,
+                         int64_t vocab_size) {
+  Sample s;
+  s.index = index;
   json j;
   try {
-    j = json::parse(line);
+    // The callback sees every container as it opens, before anything nested is built.
+    const json::parser_callback_t depth_limit = [&](int depth, json::parse_event_t event, json&) {
+      if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+          depth >= kMaxJsonDepth)
+        LT_FAIL(where, ": JSON nested deeper than ", kMaxJsonDepth, " levels");
+      return true;
+    };
+    j = json::parse(line, depth_limit);
   } catch (const json::parse_error& e) {
     // e.what() reads "[json.exception.parse_error.101] parse error at line 1, column 28: <why>";
     // the line is ours, so keep the column and the reason.
@@ -43,6 +59,7 @@ void parse_sample(const std::string& line, const std::string& where, int64_t voc
       s.id = it->dump();
     else
       LT_FAIL(where, ": \"id\" must be a string or an integer, found ", it->type_name());
+    s.id = excerpt(s.id);
   }
   const std::string who = cat(where, " (sample '", s.id, "')");
 
@@ -53,7 +70,7 @@ void parse_sample(const std::string& line, const std::string& where, int64_t voc
   s.input_ids.resize(ids->size());
   for (std::size_t t = 0; t < ids->size(); ++t) {
     const json& v = (*ids)[t];
-    LT_CHECK(v.is_number_integer(), who, ": input_ids[", t, "] = ", v.dump(),
+    LT_CHECK(v.is_number_integer(), who, ": input_ids[", t, "] = ", excerpt(v.dump()),
              " is not an integer token id");
     const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() < uint64_t(vocab_size)
                                                  : v.get<int64_t>() >= 0 &&
@@ -66,7 +83,7 @@ void parse_sample(const std::string& line, const std::string& where, int64_t voc
   const auto mask = j.find("loss_mask");
   if (mask == j.end()) {
     s.loss_mask.assign(s.input_ids.size(), 1);
-    return;
+    return s;
   }
   LT_CHECK(mask->is_array(), who, ": \"loss_mask\" must be an array, found ", mask->type_name());
   LT_CHECK(mask->size() == ids->size(), who, ": \"loss_mask\" has ", mask->size(),
@@ -75,35 +92,62 @@ void parse_sample(const std::string& line, const std::string& where, int64_t voc
   for (std::size_t t = 0; t < mask->size(); ++t) {
     const json& v = (*mask)[t];
     LT_CHECK(v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1), who,
-             ": loss_mask[", t, "] = ", v.dump(), " (must be 0 or 1)");
+             ": loss_mask[", t, "] = ", excerpt(v.dump()), " (must be 0 or 1)");
     s.loss_mask[t] = uint8_t(v.get<int64_t>());
   }
+  return s;
 }
 
-}  // namespace
-
-std::vector<Sample> read_jsonl_dataset(const std::string& path, int64_t vocab_size) {
+Dataset read_jsonl_dataset(const std::string& path, int64_t vocab_size) {
   LT_CHECK(vocab_size > 0 && vocab_size <= int64_t(std::numeric_limits<int32_t>::max()) + 1,
            "dataset '", path, "': invalid vocabulary size ", vocab_size);
-  std::error_code ec;
-  LT_CHECK(!std::filesystem::is_directory(path, ec), "dataset '", path, "' is a directory");
-  std::ifstream in(path);
-  LT_CHECK(in, "cannot open dataset '", path, "'");
+  // O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  LT_CHECK(fd >= 0, "cannot open dataset '", path, "': ", std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  LT_CHECK(::fstat(fd, &st) == 0, "cannot stat dataset '", path, "': ", std::strerror(errno));
+  LT_CHECK(!S_ISDIR(st.st_mode), "dataset '", path, "' is a directory");
+  LT_CHECK(S_ISREG(st.st_mode), "dataset '", path,
+           "' is not a regular file (a pipe or device); its fingerprint could not identify the run "
+           "for --resume: write it to a file first");
 
-  std::vector<Sample> samples;
-  std::string line;
+  Dataset d;
+  Sha256 hash;
   int64_t line_no = 0;
-  while (std::getline(in, line)) {
+  std::string pending;  // the current line's bytes read so far
+  const auto take_line = [&](std::string_view line) {
     ++line_no;
-    if (is_blank(line)) continue;
-    Sample s;
-    s.index = int64_t(samples.size());
-    parse_sample(line, cat("dataset '", path, "' line ", line_no), vocab_size, s);
-    samples.push_back(std::move(s));
+    if (is_blank(line)) return;
+    d.samples.push_back(parse_sample_line(line, int64_t(d.samples.size()),
+                                          cat("dataset '", path, "' line ", line_no), vocab_size));
+  };
+  std::vector<char> buf(std::size_t(1) << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    LT_CHECK(n >= 0, "read error in dataset '", path, "' after line ", line_no, ": ", std::strerror(errno));
+    if (n == 0) break;
+    hash.update(buf.data(), std::size_t(n));
+    std::string_view chunk(buf.data(), std::size_t(n));
+    for (std::size_t nl; (nl = chunk.find('\n')) != std::string_view::npos; chunk.remove_prefix(nl + 1)) {
+      if (pending.empty()) {
+        take_line(chunk.substr(0, nl));
+      } else {
+        pending.append(chunk.substr(0, nl));
+        take_line(pending);
+        pending.clear();
+      }
+    }
+    pending.append(chunk);
   }
-  LT_CHECK(in.eof(), "read error in dataset '", path, "' after line ", line_no);
-  LT_CHECK(!samples.empty(), "dataset '", path, "' holds no samples (", line_no, " lines)");
-  return samples;
+  if (!pending.empty()) take_line(pending);  // a last line without a newline
+  LT_CHECK(!d.samples.empty(), "dataset '", path, "' holds no samples (", line_no, " lines)");
+  d.sha256 = hash.hex();
+  return d;
 }
 
 }  // namespace layertap::io

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace layertap::io {
@@ -16,10 +17,24 @@ struct Sample {
   std::vector<uint8_t> loss_mask;  // [T_s], each 0 or 1
 };
 
-// Reads and validates the whole file. Every error is a layertap::Error naming the file, the line
-// number and the sample id where known: unreadable file, malformed JSON, missing or non-array
-// input_ids, a non-integer or out-of-range token id, empty input_ids, a loss_mask of the wrong
-// length or with values other than 0/1, a file with no samples.
-std::vector<Sample> read_jsonl_dataset(const std::string& path, int64_t vocab_size);
+struct Dataset {
+  std::vector<Sample> samples;
+  std::string sha256;  // of the bytes parsed, hashed as they were read
+};
+
+// Reads and validates the whole file, once. Every error is a layertap::Error naming the file, the
+// line number and the sample id where known: a path that is not a regular file (a pipe would be
+// read once and could not be fingerprinted or resumed), malformed JSON or JSON nested deeper than
+// kMaxJsonDepth, missing or non-array input_ids, a non-integer or out-of-range token id, empty
+// input_ids, a loss_mask of the wrong length or with values other than 0/1, a file with no samples.
+// Messages quote at most a short excerpt of the offending value.
+Dataset read_jsonl_dataset(const std::string& path, int64_t vocab_size);
+
+// One non-blank line as sample `index`; `where` names it in errors ("dataset 'x' line 7").
+Sample parse_sample_line(std::string_view line, int64_t index, const std::string& where, int64_t vocab_size);
+
+// A sample line is an object holding arrays (depth 2); deeper input is refused before it is built,
+// so hostile nesting cannot exhaust the stack in recursive JSON code.
+inline constexpr int kMaxJsonDepth = 16;
 
 }  // namespace layertap::io

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 
+#include "core/digest.hpp"
 #include "core/error.hpp"
 #include "io/dataset.hpp"
 #include "io_test_util.hpp"
@@ -36,7 +39,8 @@ TEST(Dataset, ReadsSamplesWithDefaults) {
       "   \n"
       "{\"input_ids\": [99], \"id\": 42, \"text\": \"ignored\"}\r\n"
       "{\"input_ids\": [0, 5]}";  // no trailing newline
-  const auto samples = read_jsonl_dataset(write_file(dir, content), 100);
+  const auto [samples, sha256] = read_jsonl_dataset(write_file(dir, content), 100);
+  EXPECT_EQ(sha256, sha256_hex(content));  // the bytes parsed are the bytes fingerprinted
   ASSERT_EQ(samples.size(), 3u);
   EXPECT_EQ(samples[0].index, 0);
   EXPECT_EQ(samples[0].id, "first");
@@ -86,6 +90,15 @@ TEST(Dataset, EachMalformedLineNamesLineSampleAndCause) {
       {"bad id", good + "{\"input_ids\": [1], \"id\": [1]}\n",
        {"line 3", "\"id\" must be a string or an integer"}},
       {"empty dataset", "\n  \n\n", {"holds no samples"}},
+      // Hostile lines: nesting that would exhaust a recursive parser's stack, and a huge invalid
+      // element that must not be echoed whole.
+      {"deep nesting", good + "{\"input_ids\": " + std::string(100000, '[') + "\n",
+       {"line 3", "nested deeper than"}},
+      {"deep nesting inside a token", good + "{\"input_ids\": [" + std::string(20, '[') +
+                                          std::string(21, ']') + "}\n",
+       {"line 3", "nested deeper than"}},
+      {"huge invalid token", good + "{\"input_ids\": [\"" + std::string(5'000'000, 'x') + "\"]}\n",
+       {"line 3", "input_ids[0] = \"xxxx", "... (5000002 bytes)", "not an integer"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -106,6 +119,28 @@ TEST(Dataset, UnreadableFileIsNamed) {
     EXPECT_NE(std::string(e.what()).find("nope.jsonl"), std::string::npos) << e.what();
   }
   EXPECT_THROW(read_jsonl_dataset(dir.path().string(), 100), Error);  // a directory
+}
+
+TEST(Dataset, PipeIsRefusedNotReadTwice) {
+  // A FIFO with no writer: opening must not block, and a stream cannot be fingerprinted for --resume.
+  TempDir dir;
+  const auto fifo = (dir.path() / "data.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    read_jsonl_dataset(fifo, 100);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("data.fifo"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+  }
+}
+
+TEST(Dataset, ErrorMessagesStayShort) {
+  // Whatever the offending line holds, the message quotes an excerpt only.
+  const std::string msg = error_of("{\"id\": \"" + std::string(1'000'000, 'a') + "\", \"input_ids\": [1.5]}\n");
+  EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+  EXPECT_NE(msg.find("not an integer"), std::string::npos);
 }
 
 }  // namespace
