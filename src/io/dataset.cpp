@@ -1,7 +1,5 @@
 #include "io/dataset.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +11,7 @@
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
 #include "core/text.hpp"
 
 namespace layertap::io {
@@ -101,19 +100,9 @@ Sample parse_sample_line(std::string_view line, int64_t index, const std::string
 Dataset read_jsonl_dataset(const std::string& path, int64_t vocab_size) {
   LT_CHECK(vocab_size > 0 && vocab_size <= int64_t(std::numeric_limits<int32_t>::max()) + 1,
            "dataset '", path, "': invalid vocabulary size ", vocab_size);
-  // O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  LT_CHECK(fd >= 0, "cannot open dataset '", path, "': ", std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  LT_CHECK(::fstat(fd, &st) == 0, "cannot stat dataset '", path, "': ", std::strerror(errno));
-  LT_CHECK(!S_ISDIR(st.st_mode), "dataset '", path, "' is a directory");
-  LT_CHECK(S_ISREG(st.st_mode), "dataset '", path,
-           "' is not a regular file (a pipe or device); its fingerprint could not identify the run "
-           "for --resume: write it to a file first");
+  // A pipe would be read once and could not be fingerprinted for --resume: regular files only.
+  const RegularFile file(path, "dataset");
+  const int fd = file.fd();
 
   Dataset d;
   Sha256 hash;

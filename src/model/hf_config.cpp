@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
+#include "core/text.hpp"
+#include "model/json_fields.hpp"
 
 namespace layertap {
 namespace {
@@ -38,97 +39,88 @@ constexpr Family kFamilies[] = {
     {"KimiK25ForConditionalGeneration", false, false, false, Attention::Mla, Ffn::DeepseekMoe, true},
 };
 
-int64_t get_int(const json& j, const char* key, const std::string& src) {
-  LT_CHECK(j.contains(key) && !j[key].is_null(), src, ": missing key '", key, "'");
-  LT_CHECK(j[key].is_number_integer(), src, ": key '", key, "' must be an integer");
-  return j[key].get<int64_t>();
-}
-
-template <typename T>
-T get_or(const json& j, const char* key, T fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  return j[key].get<T>();
-}
+// Bounds far beyond any released model, tight enough that every product of sizes the loader and
+// the backends form (experts x intermediate x hidden x 4 bytes, vocab x hidden, ...) fits int64.
+constexpr int64_t kMaxWidth = int64_t(1) << 20;      // hidden, intermediate, head and latent dims
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxVocab = int64_t(1) << 31;      // token ids are int32
+constexpr int64_t kMaxExperts = int64_t(1) << 16;
+constexpr int64_t kMaxPositions = int64_t(1) << 40;
+constexpr Interval kPositive{0.0, 1e30, true};
 
 // transformers' yarn_get_mscale / get_mscale.
 double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 // RoPE settings come in two spellings: top-level rope_theta + rope_scaling (classic Hub configs)
 // and a rope_parameters dict (newer transformers). Both are accepted.
-RopeConfig parse_rope(const json& j, int64_t max_position_embeddings, const std::string& src) {
+RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
   RopeConfig rope;
-  json params = json::object();
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-    params = j["rope_parameters"];
-  else if (j.contains("rope_scaling") && j["rope_scaling"].is_object())
-    params = j["rope_scaling"];
-  rope.theta = get_or<double>(params, "rope_theta", get_or<double>(j, "rope_theta", 10000.0));
-  std::string type = get_or<std::string>(params, "rope_type", get_or<std::string>(params, "type", "default"));
+  const char* dict = j.has("rope_parameters") ? "rope_parameters" : j.has("rope_scaling") ? "rope_scaling" : nullptr;
+  const json empty = json::object();
+  const JsonFields p(dict ? j.object().at(dict) : empty, dict ? cat(j.where(), " (", dict, ")") : j.where());
+  rope.theta = p.number_or("rope_theta", j.number_or("rope_theta", 10000.0, {0, 1e12, true}), {0, 1e12, true});
+  const std::string type = p.string_or("rope_type", p.string_or("type", "default"));
   if (type == "default") {
     rope.type = RopeConfig::Type::Default;
   } else if (type == "llama3") {
     rope.type = RopeConfig::Type::Llama3;
     for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-      LT_CHECK(params.contains(key), src, ": llama3 rope scaling lacks '", key, "'");
-    rope.factor = params["factor"].get<double>();
-    rope.low_freq_factor = params["low_freq_factor"].get<double>();
-    rope.high_freq_factor = params["high_freq_factor"].get<double>();
-    rope.original_max_position_embeddings = params["original_max_position_embeddings"].get<int64_t>();
-    LT_CHECK(rope.high_freq_factor > rope.low_freq_factor, src,
+      LT_CHECK(p.has(key), p.where(), ": llama3 rope scaling lacks '", key, "'");
+    rope.factor = p.number_or("factor", 0, {1, 1e4});
+    rope.low_freq_factor = p.number_or("low_freq_factor", 0, {0, 1e4, true});
+    rope.high_freq_factor = p.number_or("high_freq_factor", 0, {0, 1e4, true});
+    rope.original_max_position_embeddings = p.integer("original_max_position_embeddings", 1, kMaxPositions);
+    LT_CHECK(rope.high_freq_factor > rope.low_freq_factor, p.where(),
              ": llama3 rope scaling needs high_freq_factor > low_freq_factor");
   } else if (type == "yarn") {
     // As transformers 5.x's standardize_rope_params and _compute_yarn_parameters: a top-level
     // original_max_position_embeddings wins, else the rope dict's, else max_position_embeddings;
     // a null factor is max_position_embeddings / original.
     rope.type = RopeConfig::Type::Yarn;
-    rope.original_max_position_embeddings =
-        j.contains("original_max_position_embeddings") && !j["original_max_position_embeddings"].is_null()
-            ? get_int(j, "original_max_position_embeddings", src)
-            : get_or<int64_t>(params, "original_max_position_embeddings", max_position_embeddings);
-    LT_CHECK(rope.original_max_position_embeddings > 0, src,
+    rope.original_max_position_embeddings = j.integer_or(
+        "original_max_position_embeddings",
+        p.integer_or("original_max_position_embeddings", max_position_embeddings, 1, kMaxPositions), 1, kMaxPositions);
+    LT_CHECK(rope.original_max_position_embeddings > 0, p.where(),
              ": yarn rope scaling needs a positive original_max_position_embeddings");
-    rope.factor = get_or<double>(params, "factor",
-                                 double(max_position_embeddings) / double(rope.original_max_position_embeddings));
-    LT_CHECK(rope.factor > 0, src, ": yarn rope factor must be positive");
-    const double mscale = get_or<double>(params, "mscale", 0.0);
-    rope.mscale_all_dim = get_or<double>(params, "mscale_all_dim", 0.0);
-    if (params.contains("attention_factor") && !params["attention_factor"].is_null())
-      rope.attention_factor = params["attention_factor"].get<double>();
+    rope.factor = p.number_or("factor", double(max_position_embeddings) / double(rope.original_max_position_embeddings),
+                              {0, 1e4, true});
+    LT_CHECK(rope.factor > 0, p.where(), ": yarn rope factor must be positive (max_position_embeddings is missing)");
+    const double mscale = p.number_or("mscale", 0.0, {0, 1e3});
+    rope.mscale_all_dim = p.number_or("mscale_all_dim", 0.0, {0, 1e3});
+    if (p.has("attention_factor"))
+      rope.attention_factor = p.number_or("attention_factor", 1.0, {0, 1e3, true});
     else if (mscale != 0 && rope.mscale_all_dim != 0)
       rope.attention_factor = yarn_mscale(rope.factor, mscale) / yarn_mscale(rope.factor, rope.mscale_all_dim);
     else
       rope.attention_factor = yarn_mscale(rope.factor, 1.0);
     // `get(...) or 32`: an absent, null or zero beta takes the default.
-    rope.beta_fast = get_or<double>(params, "beta_fast", 0.0);
-    rope.beta_slow = get_or<double>(params, "beta_slow", 0.0);
+    rope.beta_fast = p.number_or("beta_fast", 0.0, {0, 1e4});
+    rope.beta_slow = p.number_or("beta_slow", 0.0, {0, 1e4});
     if (rope.beta_fast == 0) rope.beta_fast = 32.0;
     if (rope.beta_slow == 0) rope.beta_slow = 1.0;
-    rope.truncate = get_or<bool>(params, "truncate", true);
+    rope.truncate = p.boolean_or("truncate", true);
   } else {
-    LT_FAIL(src, ": unsupported rope type '", type, "' (supported: default, llama3, yarn)");
+    LT_FAIL(p.where(), ": unsupported rope type '", excerpt(type), "' (supported: default, llama3, yarn)");
   }
-  LT_CHECK(rope.theta > 0, src, ": rope_theta must be positive");
-  const double partial = get_or<double>(params, "partial_rotary_factor", get_or<double>(j, "partial_rotary_factor", 1.0));
-  LT_CHECK(partial == 1.0, src, ": partial_rotary_factor ", partial, " is not supported");
+  const double partial = p.number_or("partial_rotary_factor", j.number_or("partial_rotary_factor", 1.0, kPositive), kPositive);
+  LT_CHECK(partial == 1.0, p.where(), ": partial_rotary_factor ", partial, " is not supported");
   return rope;
 }
 
 // MLA shapes (DeepseekV3Attention). Missing keys take transformers' DeepseekV3Config defaults.
-MlaConfig parse_mla(const json& j, const ModelConfig& c, const std::string& src) {
+MlaConfig parse_mla(const JsonFields& j, const ModelConfig& c) {
   MlaConfig m;
-  m.q_lora_rank = j.contains("q_lora_rank") ? (j["q_lora_rank"].is_null() ? 0 : get_int(j, "q_lora_rank", src)) : 1536;
-  m.kv_lora_rank = get_or<int64_t>(j, "kv_lora_rank", 512);
-  m.qk_nope_head_dim = get_or<int64_t>(j, "qk_nope_head_dim", 128);
-  m.qk_rope_head_dim = get_or<int64_t>(j, "qk_rope_head_dim", 64);
-  m.v_head_dim = get_or<int64_t>(j, "v_head_dim", 128);
-  m.rope_interleave = get_or<bool>(j, "rope_interleave", true);
-  m.bias = get_or<bool>(j, "attention_bias", false);
-  LT_CHECK(m.q_lora_rank >= 0 && m.kv_lora_rank > 0 && m.qk_nope_head_dim > 0 && m.qk_rope_head_dim > 0 &&
-               m.v_head_dim > 0,
-           src, ": MLA sizes (q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) must be "
-           "positive");
-  LT_CHECK(m.qk_rope_head_dim % 2 == 0, src, ": qk_rope_head_dim ", m.qk_rope_head_dim, " must be even");
-  LT_CHECK(c.num_kv_heads == c.num_heads, src, ": MLA needs num_key_value_heads (", c.num_kv_heads,
+  // A null q_lora_rank means q_proj reads the hidden state directly.
+  m.q_lora_rank = j.object().contains("q_lora_rank") ? j.integer_or("q_lora_rank", 0, 1, kMaxWidth) : 1536;
+  m.kv_lora_rank = j.integer_or("kv_lora_rank", 512, 1, kMaxWidth);
+  m.qk_nope_head_dim = j.integer_or("qk_nope_head_dim", 128, 1, kMaxWidth);
+  m.qk_rope_head_dim = j.integer_or("qk_rope_head_dim", 64, 2, kMaxWidth);
+  m.v_head_dim = j.integer_or("v_head_dim", 128, 1, kMaxWidth);
+  m.rope_interleave = j.boolean_or("rope_interleave", true);
+  m.bias = j.boolean_or("attention_bias", false);
+  LT_CHECK(m.qk_rope_head_dim % 2 == 0, j.where(), ": qk_rope_head_dim ", m.qk_rope_head_dim, " must be even");
+  LT_CHECK(c.num_kv_heads == c.num_heads, j.where(), ": MLA needs num_key_value_heads (", c.num_kv_heads,
            ") equal to num_attention_heads (", c.num_heads, ")");
   // yarn_apply_mscale: any non-default rope with mscale_all_dim also scales the softmax.
   m.softmax_scale = std::pow(double(m.qk_head_dim()), -0.5);
@@ -140,38 +132,36 @@ MlaConfig parse_mla(const json& j, const ModelConfig& c, const std::string& src)
 }
 
 // DeepSeek-V3 MoE (DeepseekV3MoE + DeepseekV3TopkRouter), defaults as DeepseekV3Config.
-void parse_deepseek_moe(const json& j, ModelConfig& c, const std::string& src) {
-  const std::string method = get_or<std::string>(j, "topk_method", "noaux_tc");
-  const std::string scoring = get_or<std::string>(j, "scoring_func", "sigmoid");
-  LT_CHECK(method == "noaux_tc" && scoring == "sigmoid", src, ": routing topk_method '", method, "' with scoring_func '",
-           scoring, "' is not supported (supported: noaux_tc with sigmoid, as DeepSeek-V3 and Kimi-K2)");
+void parse_deepseek_moe(const JsonFields& j, ModelConfig& c) {
+  const std::string method = j.string_or("topk_method", "noaux_tc");
+  const std::string scoring = j.string_or("scoring_func", "sigmoid");
+  LT_CHECK(method == "noaux_tc" && scoring == "sigmoid", j.where(), ": routing topk_method '", excerpt(method),
+           "' with scoring_func '", excerpt(scoring),
+           "' is not supported (supported: noaux_tc with sigmoid, as DeepSeek-V3 and Kimi-K2)");
   MoeConfig m;
   m.routing = MoeConfig::Routing::SigmoidGroupedTopk;
-  m.num_experts = get_or<int64_t>(j, "n_routed_experts", 256);
-  m.experts_per_token = get_or<int64_t>(j, "num_experts_per_tok", 8);
-  m.expert_intermediate_size = get_or<int64_t>(j, "moe_intermediate_size", 2048);
-  m.num_shared_experts = get_or<int64_t>(j, "n_shared_experts", 1);
-  m.n_group = get_or<int64_t>(j, "n_group", 8);
-  m.topk_group = get_or<int64_t>(j, "topk_group", 4);
-  m.norm_topk_prob = get_or<bool>(j, "norm_topk_prob", true);
-  m.routed_scaling_factor = get_or<double>(j, "routed_scaling_factor", 2.5);
+  m.num_experts = j.integer_or("n_routed_experts", 256, 1, kMaxExperts);
+  m.experts_per_token = j.integer_or("num_experts_per_tok", 8, 1, kMaxExperts);
+  m.expert_intermediate_size = j.integer_or("moe_intermediate_size", 2048, 1, kMaxWidth);
+  m.num_shared_experts = j.integer_or("n_shared_experts", 1, 0, 64);
+  m.n_group = j.integer_or("n_group", 8, 1, kMaxExperts);
+  m.topk_group = j.integer_or("topk_group", 4, 1, kMaxExperts);
+  m.norm_topk_prob = j.boolean_or("norm_topk_prob", true);
+  m.routed_scaling_factor = j.number_or("routed_scaling_factor", 2.5, {0, 1e6, true});
   m.score_bias = true;
-  LT_CHECK(m.num_experts > 0 && m.experts_per_token > 0 && m.expert_intermediate_size > 0 && m.num_shared_experts >= 0,
-           src, ": MoE sizes must be positive");
-  LT_CHECK(m.n_group > 0 && m.num_experts % m.n_group == 0, src, ": n_group ", m.n_group,
-           " does not divide n_routed_experts ", m.num_experts);
-  LT_CHECK(m.num_experts / m.n_group >= 2, src, ": routing sums the top 2 experts of each group, but a group holds ",
-           m.num_experts / m.n_group);
-  LT_CHECK(m.topk_group > 0 && m.topk_group <= m.n_group, src, ": topk_group ", m.topk_group,
-           " must be in 1..n_group (", m.n_group, ")");
-  LT_CHECK(m.experts_per_token <= m.topk_group * (m.num_experts / m.n_group), src, ": num_experts_per_tok ",
+  LT_CHECK(m.num_experts % m.n_group == 0, j.where(), ": n_group ", m.n_group, " does not divide n_routed_experts ",
+           m.num_experts);
+  LT_CHECK(m.num_experts / m.n_group >= 2, j.where(),
+           ": routing sums the top 2 experts of each group, but a group holds ", m.num_experts / m.n_group);
+  LT_CHECK(m.topk_group <= m.n_group, j.where(), ": topk_group ", m.topk_group, " must be in 1..n_group (", m.n_group,
+           ")");
+  LT_CHECK(m.experts_per_token <= m.topk_group * (m.num_experts / m.n_group), j.where(), ": num_experts_per_tok ",
            m.experts_per_token, " exceeds the experts of the topk_group selected groups");
   // The original DeepSeek code makes a layer MoE when i >= first_k_dense_replace and
   // i % moe_layer_freq == 0; transformers reads only the first condition, so the two agree for
   // moe_layer_freq 1, the value every released checkpoint uses.
-  const int64_t first_dense = get_or<int64_t>(j, "first_k_dense_replace", 3);
-  const int64_t freq = get_or<int64_t>(j, "moe_layer_freq", 1);
-  LT_CHECK(first_dense >= 0 && freq >= 1, src, ": first_k_dense_replace must be >= 0 and moe_layer_freq >= 1");
+  const int64_t first_dense = j.integer_or("first_k_dense_replace", 3, 0, kMaxLayers);
+  const int64_t freq = j.integer_or("moe_layer_freq", 1, 1, kMaxLayers);
   c.moe_layers.assign(std::size_t(c.num_layers), false);
   for (int64_t i = 0; i < c.num_layers; ++i) c.moe_layers[std::size_t(i)] = i >= first_dense && i % freq == 0;
   c.moe = m;
@@ -179,21 +169,19 @@ void parse_deepseek_moe(const json& j, ModelConfig& c, const std::string& src) {
 
 // Qwen3-MoE (Qwen3MoeSparseMoeBlock): no shared experts; dense layers by decoder_sparse_step and
 // mlp_only_layers.
-void parse_qwen3_moe(const json& j, ModelConfig& c, const std::string& src) {
+void parse_qwen3_moe(const JsonFields& j, ModelConfig& c) {
   MoeConfig m;
   m.routing = MoeConfig::Routing::SoftmaxTopk;
   // Hub checkpoints say num_experts; transformers 5 writes num_local_experts.
-  m.num_experts = j.contains("num_experts") ? get_int(j, "num_experts", src) : get_int(j, "num_local_experts", src);
-  m.experts_per_token = get_int(j, "num_experts_per_tok", src);
-  m.expert_intermediate_size = get_int(j, "moe_intermediate_size", src);
-  m.norm_topk_prob = get_or<bool>(j, "norm_topk_prob", false);
-  LT_CHECK(m.num_experts >= 0 && m.experts_per_token > 0 && m.expert_intermediate_size > 0, src,
-           ": MoE sizes must be positive");
-  LT_CHECK(m.experts_per_token <= m.num_experts || m.num_experts == 0, src, ": num_experts_per_tok ",
+  m.num_experts = j.has("num_experts") ? j.integer("num_experts", 0, kMaxExperts)
+                                       : j.integer("num_local_experts", 0, kMaxExperts);
+  m.experts_per_token = j.integer("num_experts_per_tok", 1, kMaxExperts);
+  m.expert_intermediate_size = j.integer("moe_intermediate_size", 1, kMaxWidth);
+  m.norm_topk_prob = j.boolean_or("norm_topk_prob", false);
+  LT_CHECK(m.experts_per_token <= m.num_experts || m.num_experts == 0, j.where(), ": num_experts_per_tok ",
            m.experts_per_token, " exceeds num_experts ", m.num_experts);
-  const int64_t step = get_or<int64_t>(j, "decoder_sparse_step", 1);
-  LT_CHECK(step >= 1, src, ": decoder_sparse_step must be at least 1");
-  const auto dense_only = get_or<std::vector<int64_t>>(j, "mlp_only_layers", {});
+  const int64_t step = j.integer_or("decoder_sparse_step", 1, 1, kMaxLayers);
+  const auto dense_only = j.integers_or_empty("mlp_only_layers", 0, kMaxLayers);
   c.moe_layers.assign(std::size_t(c.num_layers), false);
   for (int64_t i = 0; i < c.num_layers; ++i)
     c.moe_layers[std::size_t(i)] = std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end() &&
@@ -216,9 +204,18 @@ const Family& find_family(const json& j, const std::string& src) {
 }  // namespace
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& src) {
+  // Real configs nest 5 levels (quantization_config groups); deeper input is refused as it is
+  // parsed, so a hostile file cannot exhaust the stack in recursive code that walks values later.
+  constexpr int kMaxDepth = 32;
+  const json::parser_callback_t depth_limit = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxDepth)
+      LT_FAIL(src, ": JSON nested deeper than ", kMaxDepth, " levels");
+    return true;
+  };
   json top;
   try {
-    top = json::parse(json_text);
+    top = json::parse(json_text, depth_limit);
   } catch (const json::exception& e) {
     LT_FAIL(src, ": not valid JSON: ", e.what());
   }
@@ -232,95 +229,84 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
              " needs a 'text_config' object");
     c.tensor_prefix = "language_model.model.";
   }
-  const json& j = family.text_config ? top["text_config"] : top;
-  const std::string where = family.text_config ? src + " (text_config)" : src;
+  const JsonFields j(family.text_config ? top["text_config"] : top,
+                     family.text_config ? src + " (text_config)" : src);
+  const JsonFields outer(top, src);
 
-  try {
-    c.hidden_size = get_int(j, "hidden_size", where);
-    c.intermediate_size = get_int(j, "intermediate_size", where);
-    c.num_layers = get_int(j, "num_hidden_layers", where);
-    c.num_heads = get_int(j, "num_attention_heads", where);
-    c.num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
-                         ? get_int(j, "num_key_value_heads", where)
-                         : c.num_heads;
-    c.vocab_size = get_int(j, "vocab_size", where);
-    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 0);
-    LT_CHECK(c.hidden_size > 0 && c.intermediate_size > 0 && c.num_layers > 0 && c.num_heads > 0 &&
-                 c.num_kv_heads > 0 && c.vocab_size > 0,
-             where, ": sizes must be positive");
-    LT_CHECK(c.num_heads % c.num_kv_heads == 0, where, ": num_attention_heads ", c.num_heads,
-             " is not a multiple of num_key_value_heads ", c.num_kv_heads);
-    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6);
-    c.rope = parse_rope(j, c.max_position_embeddings, where);
-    c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
-    const std::string act = get_or<std::string>(j, "hidden_act", "silu");
-    LT_CHECK(act == "silu", where, ": hidden_act '", act, "' is not supported (only silu)");
+  c.hidden_size = j.integer("hidden_size", 1, kMaxWidth);
+  c.intermediate_size = j.integer("intermediate_size", 1, kMaxWidth);
+  c.num_layers = j.integer("num_hidden_layers", 1, kMaxLayers);
+  c.num_heads = j.integer("num_attention_heads", 1, kMaxHeads);
+  c.num_kv_heads = j.integer_or("num_key_value_heads", c.num_heads, 1, kMaxHeads);
+  c.vocab_size = j.integer("vocab_size", 1, kMaxVocab);
+  c.max_position_embeddings = j.integer_or("max_position_embeddings", 0, 0, kMaxPositions);
+  LT_CHECK(c.num_heads % c.num_kv_heads == 0, j.where(), ": num_attention_heads ", c.num_heads,
+           " is not a multiple of num_key_value_heads ", c.num_kv_heads);
+  // rms_norm_eps is held in float: 1e300 would become infinity and every norm a no-op.
+  c.rms_norm_eps = j.number_or("rms_norm_eps", 1e-6, {0, 0.1, true});
+  c.rope = parse_rope(j, c.max_position_embeddings);
+  c.tie_word_embeddings = j.boolean_or("tie_word_embeddings", false);
+  const std::string act = j.string_or("hidden_act", "silu");
+  LT_CHECK(act == "silu", j.where(), ": hidden_act '", excerpt(act), "' is not supported (only silu)");
 
-    if (family.attention == Attention::Mla) {
-      c.mla = parse_mla(j, c, where);
-      c.head_dim = c.mla->qk_rope_head_dim;  // what transformers' DeepseekV3Config sets, the rope dim
-    } else if (j.contains("head_dim") && !j["head_dim"].is_null()) {
-      c.head_dim = get_int(j, "head_dim", where);
-    } else {
-      LT_CHECK(c.hidden_size % c.num_heads == 0, where, ": hidden_size ", c.hidden_size,
-               " is not divisible by num_attention_heads ", c.num_heads, " and head_dim is not given");
-      c.head_dim = c.hidden_size / c.num_heads;
-    }
-    LT_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, where, ": head_dim ", c.head_dim, " must be even");
-
-    if (family.attention == Attention::Gqa) {
-      const bool attention_bias = get_or<bool>(j, "attention_bias", family.qkv_bias_default);
-      c.qkv_bias = attention_bias || family.qkv_bias_default;
-      // Llama and Mistral put the bias on o_proj too; Qwen2 has q/k/v biases only.
-      c.o_bias = attention_bias && !family.qkv_bias_default;
-      c.mlp_bias = get_or<bool>(j, "mlp_bias", false);
-      c.qk_norm = family.qk_norm;
-    }
-    if (family.ffn == Ffn::DeepseekMoe) parse_deepseek_moe(j, c, where);
-    if (family.ffn == Ffn::Qwen3Moe) parse_qwen3_moe(j, c, where);
-
-    c.sliding_window.assign(std::size_t(c.num_layers), 0);
-    if (family.mistral_window) {
-      const int64_t w = get_or<int64_t>(j, "sliding_window", 0);
-      LT_CHECK(w >= 0, where, ": sliding_window must be non-negative");
-      c.sliding_window.assign(std::size_t(c.num_layers), w);
-    } else {
-      LT_CHECK(!get_or<bool>(j, "use_sliding_window", false), where,
-               ": use_sliding_window=true is not supported for ", c.architecture);
-    }
-    for (const json* cfg : {&j, static_cast<const json*>(&top)}) {
-      if (cfg->contains("torch_dtype") && (*cfg)["torch_dtype"].is_string()) {
-        c.torch_dtype = parse_dtype((*cfg)["torch_dtype"].get<std::string>());
-        break;
-      }
-      if (cfg->contains("dtype") && (*cfg)["dtype"].is_string()) {
-        c.torch_dtype = parse_dtype((*cfg)["dtype"].get<std::string>());
-        break;
-      }
-    }
-    // quantization_config at the top level, or inside text_config.
-    for (const json* cfg : {static_cast<const json*>(&top), &j}) {
-      if (cfg->contains("quantization_config") && !(*cfg)["quantization_config"].is_null()) {
-        c.quant = parse_quant_config((*cfg)["quantization_config"], src);
-        break;
-      }
-    }
-    if (family.text_config) {
-      c.media_placeholder_token_id =
-          get_or<int64_t>(top, "media_placeholder_token_id", get_or<int64_t>(j, "media_placeholder_token_id", -1));
-    }
-  } catch (const json::exception& e) {
-    LT_FAIL(where, ": malformed value: ", e.what());
+  if (family.attention == Attention::Mla) {
+    c.mla = parse_mla(j, c);
+    c.head_dim = c.mla->qk_rope_head_dim;  // what transformers' DeepseekV3Config sets, the rope dim
+  } else if (j.has("head_dim")) {
+    c.head_dim = j.integer("head_dim", 2, kMaxWidth);
+  } else {
+    LT_CHECK(c.hidden_size % c.num_heads == 0, j.where(), ": hidden_size ", c.hidden_size,
+             " is not divisible by num_attention_heads ", c.num_heads, " and head_dim is not given");
+    c.head_dim = c.hidden_size / c.num_heads;
   }
+  LT_CHECK(c.head_dim % 2 == 0, j.where(), ": head_dim ", c.head_dim, " must be even");
+
+  if (family.attention == Attention::Gqa) {
+    const bool attention_bias = j.boolean_or("attention_bias", family.qkv_bias_default);
+    c.qkv_bias = attention_bias || family.qkv_bias_default;
+    // Llama and Mistral put the bias on o_proj too; Qwen2 has q/k/v biases only.
+    c.o_bias = attention_bias && !family.qkv_bias_default;
+    c.mlp_bias = j.boolean_or("mlp_bias", false);
+    c.qk_norm = family.qk_norm;
+  }
+  if (family.ffn == Ffn::DeepseekMoe) parse_deepseek_moe(j, c);
+  if (family.ffn == Ffn::Qwen3Moe) parse_qwen3_moe(j, c);
+
+  c.sliding_window.assign(std::size_t(c.num_layers), 0);
+  if (family.mistral_window) {
+    c.sliding_window.assign(std::size_t(c.num_layers), j.integer_or("sliding_window", 0, 0, kMaxPositions));
+  } else {
+    LT_CHECK(!j.boolean_or("use_sliding_window", false), j.where(),
+             ": use_sliding_window=true is not supported for ", c.architecture);
+  }
+  // torch_dtype (or transformers 5's dtype) in the text model's config, else at the top level.
+  for (const JsonFields* cfg : {&j, &outer}) {
+    const char* key = cfg->has("torch_dtype") ? "torch_dtype" : cfg->has("dtype") ? "dtype" : nullptr;
+    if (!key) continue;
+    const std::string name = cfg->string_or(key, "");
+    try {
+      c.torch_dtype = parse_dtype(name);
+    } catch (const Error& e) {
+      LT_FAIL(cfg->where(), ": key '", key, "': ", e.what());
+    }
+    break;
+  }
+  // quantization_config at the top level, or inside text_config.
+  for (const JsonFields* cfg : {&outer, &j}) {
+    if (cfg->has("quantization_config")) {
+      c.quant = parse_quant_config(cfg->object().at("quantization_config"), src);
+      break;
+    }
+  }
+  if (family.text_config)
+    c.media_placeholder_token_id = outer.integer_or(
+        "media_placeholder_token_id", j.integer_or("media_placeholder_token_id", -1, -1, kMaxVocab - 1), -1,
+        kMaxVocab - 1);
   return c;
 }
 
 ModelConfig load_model_config(const std::string& path) {
-  std::ifstream in(path);
-  LT_CHECK(in, "cannot open model config '", path, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_model_config(ss.str(), path);
+  return parse_model_config(read_regular_file(path, "model config"), path);
 }
 
 }  // namespace layertap

@@ -3,16 +3,18 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
+#include "model/json_fields.hpp"
 
 namespace layertap {
 namespace {
 
 using nlohmann::json;
 
-std::string str_or(const json& j, const char* key, const std::string& fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  return j[key].get<std::string>();
-}
+// std::regex compiles and matches recursively: a config's pattern is bounded so that a hostile one
+// cannot exhaust the stack (real targets/ignore patterns are a few dozen characters).
+constexpr std::size_t kMaxPatternChars = 512;
+constexpr int64_t kMaxBlock = 1 << 16;  // FP8 block sides and INT4 group sizes
 
 // Splits `entries` into plain names (kept in `names`) and compiled "re:" patterns.
 void compile(const json& entries, const char* key, const std::string& src, std::vector<std::string>& names,
@@ -20,14 +22,16 @@ void compile(const json& entries, const char* key, const std::string& src, std::
   if (entries.is_null()) return;
   LT_CHECK(entries.is_array(), src, ": quantization_config '", key, "' must be a list");
   for (const json& e : entries) {
-    LT_CHECK(e.is_string(), src, ": quantization_config '", key, "' holds a non-string entry ", e.dump());
+    LT_CHECK(e.is_string(), src, ": quantization_config '", key, "' holds a non-string entry ", excerpt(e.dump()));
     const std::string s = e.get<std::string>();
     names.push_back(s);
     if (s.rfind("re:", 0) != 0) continue;
+    LT_CHECK(s.size() <= kMaxPatternChars, src, ": quantization_config '", key, "' pattern '", excerpt(s),
+             "' is longer than ", kMaxPatternChars, " characters");
     try {
       patterns.emplace_back(s.substr(3), std::regex::ECMAScript | std::regex::optimize);
     } catch (const std::regex_error& err) {
-      LT_FAIL(src, ": quantization_config '", key, "' pattern '", s, "' is not a supported regular expression: ",
+      LT_FAIL(src, ": quantization_config '", key, "' pattern '", excerpt(s), "' is not a supported regular expression: ",
               err.what());
     }
   }
@@ -42,72 +46,67 @@ bool matches(const std::string& module, const std::vector<std::string>& names, c
   return false;
 }
 
-QuantConfig parse_fp8(const json& q, const std::string& src) {
+QuantConfig parse_fp8(const JsonFields& q) {
   QuantConfig c;
   c.method = QuantConfig::Method::Fp8Block;
-  const std::string fmt = str_or(q, "fmt", "e4m3");
-  LT_CHECK(fmt == "e4m3", src, ": fp8 quantization format '", fmt, "' is not supported (only e4m3)");
-  LT_CHECK(q.contains("weight_block_size") && q["weight_block_size"].is_array() && q["weight_block_size"].size() == 2,
-           src, ": fp8 quantization_config needs weight_block_size [rows, cols] (per-tensor FP8 is not supported)");
-  c.block_rows = q["weight_block_size"][0].get<int64_t>();
-  c.block_cols = q["weight_block_size"][1].get<int64_t>();
-  LT_CHECK(c.block_rows > 0 && c.block_cols > 0, src, ": weight_block_size must be positive");
+  const std::string fmt = q.string_or("fmt", "e4m3");
+  LT_CHECK(fmt == "e4m3", q.where(), ": fp8 quantization format '", excerpt(fmt), "' is not supported (only e4m3)");
+  const std::vector<int64_t> block = q.integers_or_empty("weight_block_size", 1, kMaxBlock);
+  LT_CHECK(block.size() == 2, q.where(),
+           ": fp8 quantization_config needs weight_block_size [rows, cols] (per-tensor FP8 is not supported)");
+  c.block_rows = block[0];
+  c.block_cols = block[1];
   return c;
 }
 
-QuantConfig parse_compressed_tensors(const json& q, const std::string& src) {
+QuantConfig parse_compressed_tensors(const JsonFields& q) {
   QuantConfig c;
   c.method = QuantConfig::Method::Int4Group;
-  const std::string format = str_or(q, "format", "");
-  LT_CHECK(q.contains("config_groups") && q["config_groups"].is_object() && !q["config_groups"].empty(), src,
-           ": compressed-tensors quantization_config has no config_groups");
-  for (const auto& [name, g] : q["config_groups"].items()) {
-    const std::string where = cat(src, ": compressed-tensors config group '", name, "'");
-    const std::string group_format = str_or(g, "format", format);
-    LT_CHECK(group_format == "pack-quantized", where, " has format '", group_format,
+  const std::string format = q.string_or("format", "");
+  LT_CHECK(q.has("config_groups") && q.object().at("config_groups").is_object() &&
+               !q.object().at("config_groups").empty(),
+           q.where(), ": compressed-tensors quantization_config has no config_groups");
+  for (const auto& [name, group_json] : q.object().at("config_groups").items()) {
+    const JsonFields g(group_json, cat(q.where(), " config group '", excerpt(name), "'"));
+    const std::string group_format = g.string_or("format", format);
+    LT_CHECK(group_format == "pack-quantized", g.where(), " has format '", excerpt(group_format),
              "' (supported: pack-quantized int4 weights)");
     for (const char* act : {"input_activations", "output_activations"})
-      LT_CHECK(!g.contains(act) || g[act].is_null(), where, " quantizes ", act,
-               " (supported: weight-only int4, W4A16)");
-    LT_CHECK(g.contains("weights") && g["weights"].is_object(), where, " has no 'weights' scheme");
-    const json& w = g["weights"];
-    const int64_t bits = w.value("num_bits", int64_t(0));
-    const std::string type = str_or(w, "type", "int"), strategy = str_or(w, "strategy", "");
-    const bool symmetric = w.value("symmetric", false);
-    LT_CHECK(bits == 4 && type == "int" && symmetric && strategy == "group", where, ": weights scheme num_bits ",
-             bits, ", type '", type, "', symmetric ", symmetric, ", strategy '", strategy,
+      LT_CHECK(!g.has(act), g.where(), " quantizes ", act, " (supported: weight-only int4, W4A16)");
+    LT_CHECK(g.has("weights"), g.where(), " has no 'weights' scheme");
+    const JsonFields w(g.object().at("weights"), g.where() + " weights");
+    const int64_t bits = w.integer_or("num_bits", 0, 0, 64);
+    const std::string type = w.string_or("type", "int"), strategy = w.string_or("strategy", "");
+    const bool symmetric = w.boolean_or("symmetric", false);
+    LT_CHECK(bits == 4 && type == "int" && symmetric && strategy == "group", w.where(), ": num_bits ", bits,
+             ", type '", excerpt(type), "', symmetric ", symmetric, ", strategy '", excerpt(strategy),
              "' is not supported (supported: 4-bit symmetric int, strategy group)");
     // GPTQ activation ordering "group" (alias "dynamic"; `true` in older configs) stores a
     // column-to-group map (X.weight_g_idx) that the int4 decoder does not apply; "weight" (alias
     // "static") leaves the stored format unchanged.
-    const json actorder = w.contains("actorder") ? w["actorder"] : json();
-    LT_CHECK(actorder.is_null() || actorder == false || actorder == "weight" || actorder == "static", where,
-             ": weights actorder ", actorder.dump(),
+    const json actorder = w.has("actorder") ? w.object().at("actorder") : json();
+    LT_CHECK(actorder.is_null() || actorder == false || actorder == "weight" || actorder == "static", w.where(),
+             ": actorder ", excerpt(actorder.dump()),
              " is not supported (groups reordered by weight_g_idx; supported: null, \"weight\")");
-    const int64_t group = w.value("group_size", int64_t(0));
-    LT_CHECK(group > 0, where, ": group_size must be positive");
-    LT_CHECK(c.group_size == 0 || c.group_size == group, where, ": group_size ", group, " differs from ",
+    const int64_t group = w.integer("group_size", 1, kMaxBlock);
+    LT_CHECK(c.group_size == 0 || c.group_size == group, w.where(), ": group_size ", group, " differs from ",
              c.group_size, " of another group");
     c.group_size = group;
-    compile(g.value("targets", json()), "targets", src, c.targets, c.target_res);
+    compile(group_json.value("targets", json()), "targets", q.where(), c.targets, c.target_res);
   }
-  compile(q.value("ignore", json()), "ignore", src, c.ignore, c.ignore_res);
+  compile(q.object().value("ignore", json()), "ignore", q.where(), c.ignore, c.ignore_res);
   return c;
 }
 
 }  // namespace
 
 QuantConfig parse_quant_config(const json& q, const std::string& src) {
-  LT_CHECK(q.is_object(), src, ": quantization_config must be an object");
-  const std::string method = str_or(q, "quant_method", "");
-  try {
-    if (method == "fp8") return parse_fp8(q, src);
-    if (method == "compressed-tensors") return parse_compressed_tensors(q, src);
-  } catch (const json::exception& e) {
-    LT_FAIL(src, ": malformed quantization_config: ", e.what());
-  }
-  LT_FAIL(src, ": quant_method '", method, "' is not supported (supported: fp8 with weight_block_size, "
-          "compressed-tensors pack-quantized int4)");
+  const JsonFields fields(q, src + " (quantization_config)");
+  const std::string method = fields.string_or("quant_method", "");
+  if (method == "fp8") return parse_fp8(fields);
+  if (method == "compressed-tensors") return parse_compressed_tensors(fields);
+  LT_FAIL(fields.where(), ": quant_method '", excerpt(method), "' is not supported (supported: fp8 with "
+          "weight_block_size, compressed-tensors pack-quantized int4)");
 }
 
 bool QuantConfig::int4_packed(const std::string& module) const {

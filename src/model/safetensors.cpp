@@ -1,21 +1,20 @@
 #include "model/safetensors.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
+#include "core/text.hpp"
 
 namespace layertap {
 
@@ -29,21 +28,10 @@ class SafetensorsFile {
   static constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the format's limit
 
   explicit SafetensorsFile(const std::string& path) : path_(path) {
-    // O_NONBLOCK: a FIFO in place of the file must not block the open; it is refused below.
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    LT_CHECK(fd_ >= 0, "cannot open weights file '", path, "': ", std::strerror(errno));
-    struct stat st {};
-    const bool stat_ok = ::fstat(fd_, &st) == 0;
-    if (!stat_ok || !S_ISREG(st.st_mode)) {
-      const int err = errno;
-      ::close(fd_);
-      fd_ = -1;
-      LT_FAIL("weights file '", path, "' ", stat_ok ? std::string("is not a regular file")
-                                                    : cat("cannot be stat'ed: ", std::strerror(err)));
-    }
-    size_ = std::size_t(st.st_size);
+    const RegularFile file(path, "weights file");  // the mapping outlives the descriptor
+    size_ = file.size();
     LT_CHECK(size_ >= 8, "weights file '", path, "' is too small to be safetensors (", size_, " bytes)");
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
     LT_CHECK(p != MAP_FAILED, "cannot map '", path, "': ", std::strerror(errno));
     base_ = static_cast<const std::byte*>(p);
     uint64_t header_len = 0;
@@ -58,7 +46,6 @@ class SafetensorsFile {
   }
   ~SafetensorsFile() {
     if (base_) ::munmap(const_cast<std::byte*>(base_), size_);
-    if (fd_ >= 0) ::close(fd_);
   }
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -128,7 +115,6 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  int fd_ = -1;
   std::size_t size_ = 0;
   const std::byte* base_ = nullptr;
   const std::byte* data_ = nullptr;
@@ -146,11 +132,10 @@ std::vector<std::string> checkpoint_files(const std::string& model_dir) {
              "' has neither model.safetensors nor model.safetensors.index.json");
     return {single.string()};
   }
-  std::ifstream in(index);
-  LT_CHECK(in, "cannot open '", index.string(), "'");
+  const std::string text = read_regular_file(index.string(), "checkpoint index");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     LT_FAIL("'", index.string(), "' is not valid JSON: ", e.what());
   }
@@ -159,7 +144,7 @@ std::vector<std::string> checkpoint_files(const std::string& model_dir) {
   for (auto& [tensor, file] : j["weight_map"].items()) {
     // Plain file names only: an entry must not lead out of the model directory.
     LT_CHECK(file.is_string() && !file.get<std::string>().empty(), "'", index.string(), "': tensor '", tensor,
-             "' maps to ", file.dump(), ", not a file name");
+             "' maps to ", excerpt(file.dump()), ", not a file name");
     const std::string name = file.get<std::string>();
     LT_CHECK(name.find('/') == std::string::npos && name != "." && name != "..", "'", index.string(), "': tensor '",
              tensor, "' maps to '", name, "', which is not a plain file name inside the model directory");

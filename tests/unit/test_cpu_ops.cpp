@@ -62,8 +62,10 @@ TEST(CpuOps, RmsNormMatchesFormula) {
 
 TEST(CpuOps, AttentionMatchesNaivePerSampleWithGqaAndWindow) {
   const int64_t heads = 6, kvh = 2, hd = 5;
-  for (int64_t window : {0, 3}) {
-    const std::vector<int64_t> offsets = {0, 1, 8, 21};  // three samples: 1, 7, 13 tokens
+  for (int64_t window : {0, 3, 300}) {
+    // Four samples: 1, 7, 13 and 600 tokens; the last spans several query blocks, and window 300
+    // starts its blocks' keys past the sample's first token.
+    const std::vector<int64_t> offsets = {0, 1, 8, 21, 621};
     const int64_t T = offsets.back();
     const auto q = random_vec(std::size_t(T * heads * hd), 3);
     const auto k = random_vec(std::size_t(T * kvh * hd), 4);

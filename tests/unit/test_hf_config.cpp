@@ -386,4 +386,65 @@ TEST(HfConfigMoe, ErrorsNameTheProblem) {
   EXPECT_TRUE(has(error_of(with(ds, "\"architectures\"", "\"archs\"")), "'architectures'"));
 }
 
+// Hostile values: each is refused before anything is sized from it, naming the key and the range.
+// Before the typed accessor these ended in std::bad_alloc (1e9 layers), signed overflow (head_dim
+// 2^62), NaN states blamed on a sample (negative eps, zero rope factors), all-zero output (eps
+// 1e300 is infinity as float) or library messages that named no key (wrong JSON types).
+TEST(HfConfig, HostileValuesAreRefusedNamingTheKey) {
+  struct Case {
+    const char* from;
+    const char* to;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {R"("num_hidden_layers": 4)", R"("num_hidden_layers": 1000000000)",
+       {"key 'num_hidden_layers' = 1000000000 is outside [1, 4096]"}},
+      {R"("num_hidden_layers": 4)", R"("num_hidden_layers": 0)", {"key 'num_hidden_layers' = 0 is outside [1, "}},
+      {R"("num_hidden_layers": 4)", R"("num_hidden_layers": -3)", {"key 'num_hidden_layers' = -3"}},
+      {R"("num_hidden_layers": 4)", R"("num_hidden_layers": 4.5)", {"key 'num_hidden_layers' must be an integer"}},
+      {R"("num_hidden_layers": 4)", R"("num_hidden_layers": 18446744073709551615)",
+       {"key 'num_hidden_layers' = 18446744073709551615 is outside"}},
+      {R"("hidden_size": 72)", R"("hidden_size": "72")", {"key 'hidden_size' must be an integer, found string"}},
+      {R"("vocab_size": 160)", R"("vocab_size": 4294967296)", {"key 'vocab_size' = 4294967296 is outside"}},
+      {R"("num_attention_heads": 6)", R"("num_attention_heads": 6, "head_dim": 4611686018427387904)",
+       {"key 'head_dim' = 4611686018427387904 is outside"}},
+      {R"("rms_norm_eps": 1e-5)", R"("rms_norm_eps": -1e-5)", {"key 'rms_norm_eps' = -1e-05 is outside (0, 0.1]"}},
+      {R"("rms_norm_eps": 1e-5)", R"("rms_norm_eps": 1e300)", {"key 'rms_norm_eps' = 1e+300 is outside"}},
+      {R"("rms_norm_eps": 1e-5)", R"("rms_norm_eps": 0)", {"key 'rms_norm_eps' = 0 is outside"}},
+      {R"("rms_norm_eps": 1e-5)", R"("rms_norm_eps": "1e-5")", {"key 'rms_norm_eps' must be a number, found string"}},
+      {R"("rope_theta": 500000.0)", R"("rope_theta": "500000")", {"key 'rope_theta' must be a number"}},
+      {R"("rope_theta": 500000.0)", R"("rope_theta": 0)", {"key 'rope_theta' = 0 is outside"}},
+      {R"("factor": 8.0)", R"("factor": 0)", {"(rope_scaling): key 'factor' = 0 is outside [1, "}},
+      {R"("low_freq_factor": 1.0)", R"("low_freq_factor": 0)", {"(rope_scaling): key 'low_freq_factor' = 0"}},
+      {R"("original_max_position_embeddings": 32)", R"("original_max_position_embeddings": 0)",
+       {"key 'original_max_position_embeddings' = 0 is outside"}},
+      {R"("torch_dtype": "bfloat16")", R"("torch_dtype": 16)", {"key 'torch_dtype' must be a string, found number"}},
+      {R"("torch_dtype": "bfloat16")", R"("torch_dtype": "int3")", {"key 'torch_dtype'", "int3"}},
+      {R"("vocab_size": 160,)", R"("vocab_size": 160, "tie_word_embeddings": "yes",)",
+       {"key 'tie_word_embeddings' must be true or false, found string"}},
+      {R"("hidden_act": "silu")", R"("hidden_act": ["silu"])", {"key 'hidden_act' must be a string, found array"}},
+      // A huge invalid value is quoted as an excerpt, not whole.
+      {R"("hidden_act": "silu")", R"("hidden_act": ")" "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" R"(")",
+       {"hidden_act 'xxxx", "... ("}},
+  };
+  for (const Case& c : cases) {
+    const std::string e = error_of(with(kLlama, c.from, c.to));
+    ASSERT_FALSE(e.empty()) << c.to;
+    EXPECT_TRUE(has(e, "config.json")) << e;
+    for (const std::string& part : c.expected) EXPECT_TRUE(has(e, part)) << c.to << "\n  gives: " << e;
+  }
+  // Nesting deep enough to overflow recursive code is refused while parsing.
+  const std::string deep = R"({"architectures": ["LlamaForCausalLM"], "x": )" + std::string(100000, '[');
+  EXPECT_TRUE(has(error_of(deep), "nested deeper than")) << error_of(deep).substr(0, 200);
+  // MoE keys too, inside a DeepSeek config.
+  const std::string ds = fixture_config("deepseek_v3");
+  EXPECT_TRUE(has(error_of(with(ds, R"("n_routed_experts": 16)", R"("n_routed_experts": 100000000)")),
+                  "key 'n_routed_experts' = 100000000 is outside"));
+  EXPECT_TRUE(has(error_of(with(ds, R"("routed_scaling_factor": 2.5)", R"("routed_scaling_factor": "2.5")")),
+                  "key 'routed_scaling_factor' must be a number"));
+  const std::string fp8 = fixture_config("deepseek_v3_fp8");
+  EXPECT_TRUE(has(error_of(with(fp8, R"("weight_block_size")", R"("weight_block_size": [-16, 16], "x")")),
+                  "(quantization_config): key 'weight_block_size'[0] = -"));
+}
+
 }  // namespace layertap

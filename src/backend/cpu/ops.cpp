@@ -146,34 +146,44 @@ void causal_attention(const float* q, const float* k, const float* v, float* out
   const int64_t group = heads / kv_heads;
   // row strides of q, k, v and out
   const int qs = int(heads * qk_dim), ks = int(kv_heads * qk_dim), vs = int(kv_heads * v_dim), os = int(heads * v_dim);
-  std::vector<float> scores;
+  // Queries go in blocks of kQueryBlock rows, each against the keys it can see, so memory is
+  // [kQueryBlock, n] however long the sample (a [n, n] score matrix of a 120k-token sample is 57 GB).
+  constexpr int64_t kQueryBlock = 256;
+  std::vector<float> scores;  // [rows, keys] of one query block
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
     const int64_t t0 = offsets[s], n = offsets[s + 1] - t0;
-    scores.resize(std::size_t(n * n));
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = h / group;
       const float* qh = q + t0 * qs + h * qk_dim;
       const float* kh = k + t0 * ks + g * qk_dim;
       const float* vh = v + t0 * vs + g * v_dim;
-      // scores [n, n] = q_h [n, qk] @ k_g^T, scaled
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(n), int(qk_dim), scale, qh, qs, kh, ks,
-                  0.0f, scores.data(), int(n));
-      for (int64_t i = 0; i < n; ++i) {
-        float* row = scores.data() + i * n;
-        const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = first; j <= i; ++j) mx = std::max(mx, row[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-          const float e = (j >= first && j <= i) ? std::exp(row[j] - mx) : 0.0f;
-          row[j] = e;
-          sum += e;
+      for (int64_t r0 = 0; r0 < n; r0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, n - r0);
+        const int64_t k0 = window > 0 ? std::max<int64_t>(0, r0 - window + 1) : 0;  // first key any row sees
+        const int64_t keys = r0 + rows - k0;
+        scores.resize(std::size_t(rows * keys));
+        // scores [rows, keys] = q_h [rows, qk] @ k_g[k0 : k0+keys]^T, scaled
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(qk_dim), scale,
+                    qh + r0 * qs, qs, kh + k0 * ks, ks, 0.0f, scores.data(), int(keys));
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t qi = r0 + i;  // position in the sample
+          const int64_t first = (window > 0 ? std::max<int64_t>(0, qi - window + 1) : 0) - k0;
+          const int64_t last = qi - k0;
+          float* row = scores.data() + i * keys;
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t j = first; j <= last; ++j) mx = std::max(mx, row[j]);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < keys; ++j) {
+            const float e = (j >= first && j <= last) ? std::exp(row[j] - mx) : 0.0f;
+            row[j] = e;
+            sum += e;
+          }
+          for (int64_t j = first; j <= last; ++j) row[j] /= sum;
         }
-        for (int64_t j = first; j <= i; ++j) row[j] /= sum;
+        // out_h [rows, v] = probs [rows, keys] @ v_g[k0 : k0+keys] [keys, v]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(v_dim), int(keys), 1.0f,
+                    scores.data(), int(keys), vh + k0 * vs, vs, 0.0f, out + (t0 + r0) * os + h * v_dim, os);
       }
-      // out_h [n, v] = probs [n, n] @ v_g [n, v]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(v_dim), int(n), 1.0f, scores.data(),
-                  int(n), vh, vs, 0.0f, out + t0 * os + h * v_dim, os);
     }
   }
 }

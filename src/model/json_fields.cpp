@@ -1,0 +1,78 @@
+#include "model/json_fields.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+
+namespace layertap {
+
+JsonFields::JsonFields(const nlohmann::json& object, std::string where) : j_(object), where_(std::move(where)) {
+  LT_CHECK(j_.is_object(), where_, ": expected a JSON object, found ", j_.type_name());
+}
+
+bool JsonFields::has(const char* key) const {
+  const auto it = j_.find(key);
+  return it != j_.end() && !it->is_null();
+}
+
+std::string JsonFields::name(const char* key) const { return cat(where_, ": key '", key, "'"); }
+
+void JsonFields::fail_type(const char* key, const char* expected) const {
+  LT_FAIL(name(key), " must be ", expected, ", found ", j_.at(key).type_name(), " ", excerpt(j_.at(key).dump()));
+}
+
+int64_t JsonFields::integer(const char* key, int64_t lo, int64_t hi) const {
+  LT_CHECK(has(key), where_, ": missing key '", key, "'");
+  const nlohmann::json& v = j_.at(key);
+  if (!v.is_number_integer()) fail_type(key, "an integer");
+  // nlohmann parses non-negative integers as unsigned: compare those as unsigned, so 2^64-1 is not -1.
+  const bool in_range = v.is_number_unsigned()
+                            ? v.get<uint64_t>() <= uint64_t(std::max<int64_t>(hi, 0)) &&
+                                  int64_t(v.get<uint64_t>()) >= lo
+                            : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  LT_CHECK(in_range, name(key), " = ", excerpt(v.dump()), " is outside [", lo, ", ", hi, "]");
+  return v.get<int64_t>();
+}
+
+int64_t JsonFields::integer_or(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
+  return has(key) ? integer(key, lo, hi) : fallback;
+}
+
+double JsonFields::number_or(const char* key, double fallback, Interval range) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& v = j_.at(key);
+  if (!v.is_number()) fail_type(key, "a number");
+  const double x = v.get<double>();
+  LT_CHECK(std::isfinite(x) && range.contains(x), name(key), " = ", excerpt(v.dump()), " is outside ",
+           range.open_lo ? "(" : "[", range.lo, ", ", range.hi, "]");
+  return x;
+}
+
+bool JsonFields::boolean_or(const char* key, bool fallback) const {
+  if (!has(key)) return fallback;
+  if (!j_.at(key).is_boolean()) fail_type(key, "true or false");
+  return j_.at(key).get<bool>();
+}
+
+std::string JsonFields::string_or(const char* key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  if (!j_.at(key).is_string()) fail_type(key, "a string");
+  return j_.at(key).get<std::string>();
+}
+
+std::vector<int64_t> JsonFields::integers_or_empty(const char* key, int64_t lo, int64_t hi) const {
+  if (!has(key)) return {};
+  const nlohmann::json& a = j_.at(key);
+  if (!a.is_array()) fail_type(key, "an array of integers");
+  std::vector<int64_t> out;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    LT_CHECK(a[i].is_number_integer(), name(key), "[", i, "] must be an integer, found ", excerpt(a[i].dump()));
+    const int64_t v = a[i].get<int64_t>();
+    LT_CHECK(v >= lo && v <= hi, name(key), "[", i, "] = ", v, " is outside [", lo, ", ", hi, "]");
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace layertap
