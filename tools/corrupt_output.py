@@ -7,6 +7,12 @@
   corrupt_output.py OUT exchange-samples A B     exchange the states of samples A and B (common prefix)
   corrupt_output.py OUT truncate N               cut N bytes off the end of the first shard
   corrupt_output.py OUT flip-byte                invert one byte inside the first /hidden_states chunk
+  corrupt_output.py OUT resize DATASET N         make the first shard's 1-D DATASET N long (values kept
+                                                 or repeated), or /hidden_states N wide (hidden size)
+  corrupt_output.py OUT declare-huge DATASET     replace the first shard's 1-D DATASET by an unwritten
+                                                 one of 2^40 elements (a few KiB on disk)
+  corrupt_output.py OUT set-attr NAME JSON       set a root attribute of the first shard
+  corrupt_output.py OUT manifest KEY.PATH JSON   set a manifest value (list positions are numbers)
 
 Samples are numbered by their /sample_index; states edits apply to the shard that holds them.
 With --rechecksum the manifest's sizes and SHA-256 are updated afterwards, as a writer that
@@ -91,6 +97,35 @@ def main():
             b = fh.read(1)
             fh.seek(offset)
             fh.write(bytes([b[0] ^ 0xFF]))
+    elif a.mode == "resize":
+        name, n = a.args[0], int(a.args[1])
+        with h5py.File(files[0], "r+") as h:
+            old = h[name][:]
+            if name == "hidden_states":
+                new = old[:, :, :n]
+            else:
+                new = np.resize(old, n)  # repeats the values to fill
+            dtype = h[name].dtype if name != "hidden_states" else np.float32
+            del h[name]
+            h.create_dataset(name, data=new.astype(dtype), maxshape=(None,) + new.shape[1:], chunks=True)
+    elif a.mode == "declare-huge":
+        name = a.args[0]
+        with h5py.File(files[0], "r+") as h:
+            dtype = h[name].dtype
+            del h[name]
+            h.create_dataset(name, shape=(2**40,), maxshape=(None,), chunks=(1024,), dtype=dtype)
+    elif a.mode == "set-attr":
+        with h5py.File(files[0], "r+") as h:
+            value = json.loads(a.args[1])
+            h.attrs[a.args[0]] = np.array(value, dtype=np.int64) if isinstance(value, list) else value
+    elif a.mode == "manifest":
+        manifest = json.loads((out / "manifest.json").read_text())
+        *path, last = [int(k) if k.isdigit() else k for k in a.args[0].split(".")]
+        node = manifest
+        for k in path:
+            node = node[k]
+        node[last] = json.loads(a.args[1])
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     else:
         raise SystemExit(f"unknown mode {a.mode}")
 

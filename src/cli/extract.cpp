@@ -206,6 +206,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
 
   // Everything a user can get wrong is checked before the weights are read.
   const fs::path out(o.out);
+  cli::check_output_path(out);
   const std::string config_path = (fs::path(o.model) / "config.json").string();
   const ModelConfig cfg = load_model_config(config_path);
   const std::string backend_name = resolve_backend(o.backend, cfg);

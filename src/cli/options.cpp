@@ -1,10 +1,11 @@
 #include "cli/options.hpp"
 
 #include <boost/program_options.hpp>
-#include <fstream>
+#include <sstream>
 #include <iostream>
 
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
 #include "model/weights.hpp"
 
 namespace layertap {
@@ -76,8 +77,7 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
     }
     if (vm.count("config")) {
       const std::string file = vm["config"].as<std::string>();
-      std::ifstream in(file);
-      LT_CHECK(in, "cannot open job file '", file, "'");
+      std::istringstream in(read_regular_file(file, "job file", std::size_t(1) << 20));
       po::store(po::parse_config_file(in, job), vm);  // values already set on the command line win
     }
     po::notify(vm);
@@ -87,7 +87,9 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   LT_CHECK(o.tp >= 1, "--tp must be at least 1, got ", o.tp);
   LT_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got ", o.max_batch_tokens);
   LT_CHECK(o.threads >= 0, "--threads must be 0 or positive, got ", o.threads);
-  LT_CHECK(o.shard_size_mib > 0, "--shard-size-mib must be positive, got ", o.shard_size_mib);
+  // Bounded so that the size in bytes (MiB << 20) cannot overflow: 1 TiB shards are already unwieldy.
+  LT_CHECK(o.shard_size_mib > 0 && o.shard_size_mib <= (int64_t(1) << 20), "--shard-size-mib must be in [1, ",
+           int64_t(1) << 20, "] (1 TiB), got ", o.shard_size_mib);
   LT_CHECK(o.progress_seconds > 0, "--progress-seconds must be positive");
   LT_CHECK(o.backend == "auto" || o.backend == "cpu" || o.backend == "cuda", "unknown --backend '", o.backend,
            "' (auto, cpu or cuda)");

@@ -1,11 +1,16 @@
 #include "cli/output_dir.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <regex>
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/regular_file.hpp"
 #include "io/durable_file.hpp"
 #include "io/progress.hpp"
 
@@ -21,10 +26,9 @@ bool is_layertap_file(const fs::path& p) {
 }
 
 json read_json(const fs::path& file) {
-  std::ifstream in(file);
-  LT_CHECK(in, "cannot read '", file.string(), "'");
+  const std::string text = read_regular_file(file.string(), "run record");
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     LT_FAIL("'", file.string(), "' is malformed: ", e.what());
   }
@@ -42,6 +46,18 @@ void check_same_run(const fs::path& dir, const json& before, const json& now) {
 }
 
 }  // namespace
+
+void check_output_path(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path target = fs::absolute(dir, ec);
+  LT_CHECK(!ec, "--out '", dir.string(), "': ", ec.message());
+  fs::path existing = target;  // the directory itself, or the nearest ancestor that exists
+  while (!fs::exists(fs::symlink_status(existing, ec)) && existing.has_relative_path()) existing = existing.parent_path();
+  const std::string what = existing == target ? cat("--out '", dir.string(), "'")
+                                              : cat("--out '", dir.string(), "': its parent '", existing.string(), "'");
+  LT_CHECK(fs::is_directory(fs::status(existing, ec)), what, " exists and is not a directory");
+  LT_CHECK(::access(existing.c_str(), W_OK | X_OK) == 0, what, " is not writable: ", std::strerror(errno));
+}
 
 OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool overwrite, bool resume) {
   std::error_code ec;

@@ -16,6 +16,11 @@ namespace layertap::cli {
 
 enum class OutputState { Fresh, Resume, AlreadyComplete };
 
+// Every rank, before any input is read: `dir` is an existing writable directory, or can be created
+// (its nearest existing ancestor is a writable directory). A file, a special file or an unwritable
+// place is refused naming the path, so a long dataset read never ends in an unwritable output.
+void check_output_path(const std::filesystem::path& dir);
+
 // World rank 0 only, before any shard is written. Creates the directory and proves it writable.
 // An earlier run in it is refused unless `overwrite` (its files are removed) or `resume`: then its
 // run.json must equal `identity` (the error names each key that differs) and an incomplete

@@ -3,15 +3,14 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
-#include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "comm/tp_comm.hpp"
 #include "core/digest.hpp"
 #include "core/error.hpp"
+#include "io/output_check.hpp"
 #include "io/shard_reader.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
@@ -21,7 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace po = boost::program_options;
-using nlohmann::json;
 
 // Relative Frobenius error allowed between stored and recomputed states. bf16 keeps 8
 // significant bits (rounding <= 2^-9 relative per element, so <= 2^-9 in norm); the recompute
@@ -40,17 +38,15 @@ class Verifier {
   Verifier(const VerifyOptions& o, std::ostream& out) : o_(o), out_(out) {}
 
   int run() {
-    const fs::path manifest_path = o_.out_dir / "manifest.json";
-    std::ifstream in(manifest_path);
-    LT_CHECK(in, "'", manifest_path.string(), "' does not exist: the run is incomplete or this is not a layertap output");
+    // Whatever is wrong with the output, verify ends with its summary line.
     try {
-      m_ = json::parse(in);
+      m_ = io::read_manifest(o_.out_dir);
       check_shards();
+      if (!m_.complete) problem("the manifest marks the run incomplete");
       if (o_.samples != 0) recompute();
-    } catch (const json::exception& e) {
-      problem(cat("manifest.json is malformed: ", e.what()));
+    } catch (const Error& e) {
+      problem(e.what());
     }
-    if (m_.value("complete", false) == false) problem("the manifest marks the run incomplete");
     out_ << (problems_ == 0 ? "OK" : "FAILED") << ": " << problems_ << " problem(s), " << checked_samples_
          << " sample(s) recomputed\n";
     return problems_ == 0 ? 0 : 1;
@@ -62,52 +58,31 @@ class Verifier {
     out_ << "PROBLEM " << what << "\n";
   }
 
-  // Counts, offsets, attributes, sizes and checksums of every shard; NaN/Inf in every state.
+  // Every shard against the manifest (paths, sizes, checksums, shapes, attributes) before any of its
+  // values are read; then sample order and NaN/Inf in the shards found sound.
   void check_shards() {
-    const int64_t P = int64_t(m_.at("capture").at("points").size());
-    const int64_t H = m_.at("model").at("hidden_size").get<int64_t>();
-    std::vector<int64_t> ids;
-    for (const json& p : m_.at("capture").at("points")) ids.push_back(p.at("id").get<int64_t>());
     int64_t samples = 0, tokens = 0, last_index = -1;
-    for (const json& s : m_.at("shards")) {
-      const std::string name = s.at("file").get<std::string>();
-      const fs::path file = o_.out_dir / name;
-      shard_files_.push_back(file);
+    bool all_sound = true;
+    for (const io::ManifestShard& s : m_.shards) {
+      const io::ShardFindings f = io::check_shard(o_.out_dir, s, m_, /*checksum=*/true);
+      for (const std::string& p : f.problems) problem(p);
+      shard_files_.push_back(o_.out_dir / s.file);
       shard_sizes_.push_back(0);
-      if (!fs::exists(file)) {
-        problem(cat(name, ": missing"));
-        continue;
+      all_sound = all_sound && f.sound;
+      if (!f.sound) continue;
+      const io::ShardReader r(shard_files_.back());
+      for (int64_t idx : r.sample_index()) {
+        if (idx <= last_index) problem(cat(s.file, ": sample index ", idx, " is out of order (after ", last_index, ")"));
+        last_index = idx;
       }
-      if (int64_t(fs::file_size(file)) != s.at("bytes").get<int64_t>())
-        problem(cat(name, ": ", fs::file_size(file), " bytes, the manifest records ", s.at("bytes").get<int64_t>()));
-      if (sha256_file(file.string()) != s.at("sha256").get<std::string>())
-        problem(cat(name, ": SHA-256 differs from the manifest (the file changed after it was written)"));
-      try {
-        io::ShardReader r(file);
-        for (const std::string& p : r.structure_problems()) problem(cat(name, ": ", p));
-        if (r.num_samples() != s.at("samples").get<int64_t>() || r.num_tokens() != s.at("tokens").get<int64_t>())
-          problem(cat(name, ": holds ", r.num_samples(), " samples and ", r.num_tokens(), " tokens, the manifest records ",
-                      s.at("samples").get<int64_t>(), " and ", s.at("tokens").get<int64_t>()));
-        if (r.hidden_shape() != std::vector<int64_t>{r.num_tokens(), P, H})
-          problem(cat(name, ": /hidden_states is ", io::format_shape(r.hidden_shape()), ", expected [", r.num_tokens(), ", ",
-                      P, ", ", H, "]"));
-        if (r.meta().point_ids != ids) problem(cat(name, ": its capture_point_ids differ from the manifest's"));
-        for (int64_t idx : r.sample_index()) {
-          if (idx <= last_index) problem(cat(name, ": sample index ", idx, " is out of order (after ", last_index, ")"));
-          last_index = idx;
-        }
-        scan_nonfinite(r, name);
-        shard_sizes_.back() = r.num_samples();
-        samples += r.num_samples();
-        tokens += r.num_tokens();
-      } catch (const Error& e) {
-        problem(cat(name, ": unreadable: ", e.what()));
-      }
+      scan_nonfinite(r, s.file);
+      shard_sizes_.back() = r.num_samples();
+      samples += r.num_samples();
+      tokens += r.num_tokens();
     }
-    const json& totals = m_.at("totals");
-    if (samples != totals.at("samples").get<int64_t>() || tokens != totals.at("tokens").get<int64_t>())
+    if (all_sound && (samples != m_.total_samples || tokens != m_.total_tokens))
       problem(cat("the shards hold ", samples, " samples and ", tokens, " tokens, the manifest totals say ",
-                  totals.at("samples").get<int64_t>(), " and ", totals.at("tokens").get<int64_t>()));
+                  m_.total_samples, " and ", m_.total_tokens));
   }
 
   void scan_nonfinite(const io::ShardReader& r, const std::string& name) {
@@ -131,24 +106,29 @@ class Verifier {
       chosen.resize(std::size_t(o_.samples));
       std::sort(chosen.begin(), chosen.end(), [](const SampleRef& a, const SampleRef& b) { return std::tie(a.shard, a.row) < std::tie(b.shard, b.row); });
     }
-    const json& mm = m_.at("model");
-    const std::string dir = o_.model.empty() ? mm.at("dir").get<std::string>() : o_.model;
+    if (chosen.empty()) return;
+    const std::string dir = o_.model.empty() ? m_.model_dir : o_.model;
     const std::string config_path = (fs::path(dir) / "config.json").string();
     const ModelConfig cfg = load_model_config(config_path);
-    if (sha256_file(config_path) != mm.at("config_sha256").get<std::string>())
+    if (sha256_file(config_path) != m_.config_sha256)
       problem(cat("model '", dir, "': config.json differs from the one recorded in the manifest"));
+    // States of another shape cannot be compared: stop before reading them with this model's sizes.
+    if (cfg.hidden_size != m_.hidden_size || cfg.num_layers != m_.num_layers) {
+      problem(cat("model '", dir, "' has ", cfg.num_layers, " layers of hidden size ", cfg.hidden_size,
+                  ", the manifest ", m_.num_layers, " of ", m_.hidden_size, ": samples not recomputed"));
+      return;
+    }
     const Checkpoint ckpt(checkpoint_files(dir));
-    if (ckpt.fingerprint() != mm.at("weights_fingerprint").get<std::string>())
+    if (ckpt.fingerprint() != m_.weights_fingerprint)
       problem(cat("model '", dir, "': weights differ from the ones recorded in the manifest"));
     SoloComm comm;
     cpu::set_num_threads(o_.threads);
     CpuBackend backend(cfg, load_weights(ckpt, cfg, TpShard{}), comm);
     CapturePlan plan;
-    plan.request = m_.at("capture").at("request").get<std::string>();
+    plan.request = m_.capture_request;
     plan.num_layers = cfg.num_layers;
-    for (const json& p : m_.at("capture").at("points"))
-      plan.points.push_back({p.at("spec").get<std::string>(), p.at("id").get<int64_t>()});
-    const double tol = tolerance(m_.at("storage_dtype").get<std::string>());
+    for (std::size_t p = 0; p < m_.point_ids.size(); ++p) plan.points.push_back({m_.point_specs[p], m_.point_ids[p]});
+    const double tol = tolerance(m_.storage_dtype);
 
     std::size_t open_shard = SIZE_MAX;
     std::unique_ptr<io::ShardReader> reader;
@@ -163,8 +143,14 @@ class Verifier {
         open_shard = ref.shard;
       }
       const int64_t t0 = off[std::size_t(ref.row)], t1 = off[std::size_t(ref.row) + 1], T = t1 - t0, H = cfg.hidden_size;
+      const std::string where = cat("sample ", index[std::size_t(ref.row)], " (", shard_files_[ref.shard].filename().string(),
+                                    " #", ref.row, ", ", T, " tokens)");
       PackedBatch batch;
       batch.tokens.assign(ids.begin() + t0, ids.begin() + t1);
+      if (std::any_of(batch.tokens.begin(), batch.tokens.end(), [&](int32_t t) { return t < 0 || t >= cfg.vocab_size; })) {
+        problem(cat(where, ": stored token ids outside the model's vocabulary [0, ", cfg.vocab_size, ")"));
+        continue;
+      }
       batch.offsets = {0, T};
       const auto states = backend.forward(batch, plan, DType::F32);
       const std::vector<float> stored = reader->hidden_states(t0, t1);  // [T, P, H]
@@ -187,8 +173,6 @@ class Verifier {
         }
       }
       ++checked_samples_;
-      const std::string where = cat("sample ", index[std::size_t(ref.row)], " (", shard_files_[ref.shard].filename().string(),
-                                    " #", ref.row, ", ", T, " tokens)");
       if (!(worst <= tol))
         problem(cat(where, ": recomputed states differ at point ", worst_point, ": relative error ", worst, " > ", tol));
       else
@@ -198,11 +182,11 @@ class Verifier {
 
   const VerifyOptions& o_;
   std::ostream& out_;
-  json m_;
+  io::Manifest m_;
   int problems_ = 0;
   int64_t checked_samples_ = 0;
   std::vector<fs::path> shard_files_;
-  std::vector<int64_t> shard_sizes_;  // samples per shard; 0 for an unreadable shard
+  std::vector<int64_t> shard_sizes_;  // samples per shard; 0 for a shard that is not sound
 };
 
 }  // namespace

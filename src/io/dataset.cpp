@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
 #include "core/text.hpp"
+#include "model/json_fields.hpp"
 
 namespace layertap::io {
 namespace {
@@ -29,24 +30,7 @@ Sample parse_sample_line(std::string_view line, int64_t index, const std::string
                          int64_t vocab_size) {
   Sample s;
   s.index = index;
-  json j;
-  try {
-    // The callback sees every container as it opens, before anything nested is built.
-    const json::parser_callback_t depth_limit = [&](int depth, json::parse_event_t event, json&) {
-      if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-          depth >= kMaxJsonDepth)
-        LT_FAIL(where, ": JSON nested deeper than ", kMaxJsonDepth, " levels");
-      return true;
-    };
-    j = json::parse(line, depth_limit);
-  } catch (const json::parse_error& e) {
-    // e.what() reads "[json.exception.parse_error.101] parse error at line 1, column 28: <why>";
-    // the line is ours, so keep the column and the reason.
-    const std::string what = e.what();
-    const auto why = what.find(": ", what.find("column"));
-    LT_FAIL(where, ": malformed JSON at column ", e.byte, ": ",
-            why == std::string::npos ? what : what.substr(why + 2));
-  }
+  const json j = parse_json(line, where, kMaxJsonDepth);
   LT_CHECK(j.is_object(), where, ": expected a JSON object, found ", j.type_name());
 
   // The id first, so every later message can name the sample.

@@ -1,5 +1,7 @@
 #include "io/shard_reader.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "io/hdf5.hpp"
 
@@ -11,8 +13,15 @@ std::string format_shape(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
+// Declared sizes a shard of N bytes can plausibly hold: no lossless filter compresses activations
+// 1024x, so a /hidden_states claiming more than N * 1024 bytes (or 1-D datasets longer than that
+// many tokens) is damaged or hostile, and is refused before anything is allocated for it.
+constexpr int64_t kMaxExpansion = 1024;
+constexpr int64_t kMaxDim = int64_t(1) << 24;  // capture points and hidden size (keeps products in int64)
+
 struct ShardReader::Impl {
   std::string path;
+  int64_t file_bytes = 0;
   h5::Id file;
   int64_t format_version = 0;
   OutputMeta meta;
@@ -32,11 +41,17 @@ struct ShardReader::Impl {
     h5::Id ds = h5::open_dataset(file.get(), name, cat("'", path, "'"));
     const auto d = h5::dataset_dims(ds.get(), where(name));
     LT_CHECK(d.size() == 1, where(name), " has rank ", d.size(), ", expected 1");
+    check_plausible(d[0], where(name));
     std::vector<T> out(static_cast<std::size_t>(d[0]));
     if (!out.empty())
       h5::check(H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
                 "reading ", where(name));
     return out;
+  }
+
+  void check_plausible(int64_t elements, const std::string& what) const {
+    LT_CHECK(elements <= file_bytes * kMaxExpansion, what, " declares ", elements, " elements, more than a file of ",
+             file_bytes, " bytes can hold: the shard is damaged");
   }
 };
 
@@ -44,6 +59,7 @@ ShardReader::ShardReader(const std::filesystem::path& file) : impl_(std::make_un
   Impl& m = *impl_;
   m.path = file.string();
   m.file = h5::open_file_read(file);
+  m.file_bytes = int64_t(std::filesystem::file_size(file));
   const hid_t f = m.file.get();
   m.format_version = h5::read_attr_int(f, "format_version");
   OutputMeta& meta = m.meta;
@@ -95,6 +111,8 @@ std::vector<float> ShardReader::hidden_states(int64_t t0, int64_t t1) const {
   LT_CHECK(d.size() == 3, what, " has rank ", d.size(), ", expected 3 [T, P, H]");
   LT_CHECK(0 <= t0 && t0 <= t1 && t1 <= d[0], "rows [", t0, ", ", t1, ") are outside ", what,
            " with ", d[0], " rows");
+  LT_CHECK(d[1] <= kMaxDim && d[2] <= kMaxDim, what, " has dims ", format_shape(d), " beyond ", kMaxDim);
+  m.check_plausible((t1 - t0) * d[1] * d[2], what);
   std::vector<float> out(std::size_t((t1 - t0) * d[1] * d[2]));  // [t1-t0, P, H]
   if (out.empty()) return out;
   const hsize_t start[3] = {hsize_t(t0), 0, 0};
@@ -113,20 +131,40 @@ std::vector<float> ShardReader::hidden_states(int64_t t0, int64_t t1) const {
 std::vector<std::string> ShardReader::structure_problems() const {
   const OutputMeta& meta = impl_->meta;
   std::vector<std::string> problems;
+  // Dimensions first, which allocate nothing: ranks, and sizes this file can hold.
   const auto shape = hidden_shape();
-  const int64_t T = num_tokens(), S = num_samples();
+  const auto ids = impl_->dims("input_ids"), mask = impl_->dims("loss_mask");
+  const auto index = impl_->dims("sample_index"), offs = impl_->dims("sample_offsets");
+  for (const auto& [name, d] : {std::pair{"input_ids", ids}, {"loss_mask", mask}, {"sample_index", index},
+                                {"sample_offsets", offs}})
+    if (d.size() != 1) problems.push_back(cat("/", name, " has rank ", d.size(), ", expected 1"));
+  if (shape.size() != 3) problems.push_back(cat("/hidden_states has rank ", shape.size(), ", expected 3 [T, P, H]"));
+  if (!problems.empty()) return problems;
+  const int64_t T = ids[0], S = index[0];
+  const int64_t most = impl_->file_bytes * kMaxExpansion;
+  const auto fits = [&](int64_t n) { return n >= 0 && n <= most; };
+  const bool plausible = fits(T) && fits(mask[0]) && fits(S) && fits(offs[0]) && fits(shape[0]) &&
+                         shape[1] >= 0 && shape[1] <= kMaxDim && shape[2] >= 0 && shape[2] <= kMaxDim &&
+                         shape[0] <= most / std::max<int64_t>(1, shape[1] * shape[2]);
+  if (!plausible) {
+    problems.push_back(cat("declared sizes (/hidden_states ", format_shape(shape), ", ", T, " tokens, ", offs[0],
+                           " sample offsets) are more than a file of ", impl_->file_bytes, " bytes can hold"));
+    return problems;
+  }
   const std::vector<int64_t> expected{T, meta.num_points(), meta.hidden};
   if (shape != expected)
     problems.push_back(cat("/hidden_states has shape ", format_shape(shape),
                            ", expected [T, P, H] = ", format_shape(expected),
                            " from /input_ids and the attributes"));
-  if (const int64_t n = impl_->dims("loss_mask").at(0); n != T)
-    problems.push_back(cat("/loss_mask has ", n, " entries for ", T, " tokens"));
+  if (mask[0] != T) problems.push_back(cat("/loss_mask has ", mask[0], " entries for ", T, " tokens"));
   if (int64_t(meta.point_specs.size()) != meta.num_points())
     problems.push_back(cat("attribute capture_points has ", meta.point_specs.size(),
                            " names for ", meta.num_points(), " capture_point_ids"));
+  for (int64_t id : meta.point_ids)
+    if (id < 0 || id > meta.num_layers + 1)
+      problems.push_back(cat("capture point id ", id, " is outside [0, ", meta.num_layers + 1, "]"));
   const auto offsets = sample_offsets();
-  if (int64_t(offsets.size()) != S + 1) {
+  if (int64_t(offsets.size()) != S + 1) {  // also: more /sample_index entries than offsets
     problems.push_back(cat("/sample_offsets has ", offsets.size(), " entries for ", S,
                            " samples (expected ", S + 1, ")"));
     return problems;

@@ -1,10 +1,12 @@
 #include "model/capture.hpp"
 
 #include <charconv>
+#include <map>
 #include <sstream>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/text.hpp"
 
 namespace layertap {
 namespace {
@@ -64,11 +66,13 @@ CapturePlan resolve_capture(const std::string& request, int64_t num_layers) {
     }
   }
   LT_CHECK(!plan.points.empty(), "no capture points requested");
-  for (std::size_t a = 0; a < plan.points.size(); ++a)
-    for (std::size_t b = a + 1; b < plan.points.size(); ++b)
-      if (plan.points[a].id == plan.points[b].id)
-        log_warn("capture point ", plan.points[a].spec, " appears more than once in '", request,
-                 "' (positions ", a, " and ", b, "); it is stored at each position");
+  // One warning per repeated point (not one per pair: 300 copies would print 44,850 lines).
+  std::map<int64_t, std::vector<std::size_t>> positions;  // id -> where it is stored
+  for (std::size_t a = 0; a < plan.points.size(); ++a) positions[plan.points[a].id].push_back(a);
+  for (const auto& [id, at] : positions)
+    if (at.size() > 1)
+      log_warn("capture point ", plan.points[at[0]].spec, " appears ", at.size(), " times in '", excerpt(request),
+               "' (first at positions ", at[0], " and ", at[1], "); it is stored at each position");
   return plan;
 }
 

@@ -58,7 +58,7 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
   RopeConfig rope;
   const char* dict = j.has("rope_parameters") ? "rope_parameters" : j.has("rope_scaling") ? "rope_scaling" : nullptr;
   const json empty = json::object();
-  const JsonFields p(dict ? j.object().at(dict) : empty, dict ? cat(j.where(), " (", dict, ")") : j.where());
+  const JsonFields p(dict ? j.raw().at(dict) : empty, dict ? cat(j.where(), " (", dict, ")") : j.where());
   rope.theta = p.number_or("rope_theta", j.number_or("rope_theta", 10000.0, {0, 1e12, true}), {0, 1e12, true});
   const std::string type = p.string_or("rope_type", p.string_or("type", "default"));
   if (type == "default") {
@@ -112,7 +112,7 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
 MlaConfig parse_mla(const JsonFields& j, const ModelConfig& c) {
   MlaConfig m;
   // A null q_lora_rank means q_proj reads the hidden state directly.
-  m.q_lora_rank = j.object().contains("q_lora_rank") ? j.integer_or("q_lora_rank", 0, 1, kMaxWidth) : 1536;
+  m.q_lora_rank = j.raw().contains("q_lora_rank") ? j.integer_or("q_lora_rank", 0, 1, kMaxWidth) : 1536;
   m.kv_lora_rank = j.integer_or("kv_lora_rank", 512, 1, kMaxWidth);
   m.qk_nope_head_dim = j.integer_or("qk_nope_head_dim", 128, 1, kMaxWidth);
   m.qk_rope_head_dim = j.integer_or("qk_rope_head_dim", 64, 2, kMaxWidth);
@@ -204,21 +204,8 @@ const Family& find_family(const json& j, const std::string& src) {
 }  // namespace
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& src) {
-  // Real configs nest 5 levels (quantization_config groups); deeper input is refused as it is
-  // parsed, so a hostile file cannot exhaust the stack in recursive code that walks values later.
-  constexpr int kMaxDepth = 32;
-  const json::parser_callback_t depth_limit = [&](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxDepth)
-      LT_FAIL(src, ": JSON nested deeper than ", kMaxDepth, " levels");
-    return true;
-  };
-  json top;
-  try {
-    top = json::parse(json_text, depth_limit);
-  } catch (const json::exception& e) {
-    LT_FAIL(src, ": not valid JSON: ", e.what());
-  }
+  // Real configs nest 5 levels (quantization_config groups).
+  json top = parse_json(json_text, src, 32);
   LT_CHECK(top.is_object(), src, ": expected a JSON object");
   const Family& family = find_family(top, src);
   ModelConfig c;
@@ -294,7 +281,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // quantization_config at the top level, or inside text_config.
   for (const JsonFields* cfg : {&outer, &j}) {
     if (cfg->has("quantization_config")) {
-      c.quant = parse_quant_config(cfg->object().at("quantization_config"), src);
+      c.quant = parse_quant_config(cfg->raw().at("quantization_config"), src);
       break;
     }
   }

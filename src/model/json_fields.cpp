@@ -7,6 +7,26 @@
 
 namespace layertap {
 
+nlohmann::json parse_json(std::string_view text, const std::string& where, int max_depth) {
+  using nlohmann::json;
+  // The callback sees every container as it opens, before anything nested is built.
+  const json::parser_callback_t depth_limit = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= max_depth)
+      LT_FAIL(where, ": JSON nested deeper than ", max_depth, " levels");
+    return true;
+  };
+  try {
+    return json::parse(text, depth_limit);
+  } catch (const json::parse_error& e) {
+    // e.what() reads "[json.exception.parse_error.101] parse error at line 1, column 28: <why>";
+    // keep the reason, and say where by byte.
+    const std::string what = e.what();
+    const auto why = what.find(": ", what.find("column"));
+    LT_FAIL(where, ": malformed JSON at byte ", e.byte, ": ", why == std::string::npos ? what : what.substr(why + 2));
+  }
+}
+
 JsonFields::JsonFields(const nlohmann::json& object, std::string where) : j_(object), where_(std::move(where)) {
   LT_CHECK(j_.is_object(), where_, ": expected a JSON object, found ", j_.type_name());
 }
@@ -59,6 +79,28 @@ std::string JsonFields::string_or(const char* key, const std::string& fallback) 
   if (!has(key)) return fallback;
   if (!j_.at(key).is_string()) fail_type(key, "a string");
   return j_.at(key).get<std::string>();
+}
+
+bool JsonFields::boolean(const char* key) const {
+  LT_CHECK(has(key), where_, ": missing key '", key, "'");
+  return boolean_or(key, false);
+}
+
+std::string JsonFields::string(const char* key) const {
+  LT_CHECK(has(key), where_, ": missing key '", key, "'");
+  return string_or(key, "");
+}
+
+JsonFields JsonFields::object(const char* key) const {
+  LT_CHECK(has(key), where_, ": missing key '", key, "'");
+  if (!j_.at(key).is_object()) fail_type(key, "an object");
+  return JsonFields(j_.at(key), cat(where_, " ", key));
+}
+
+const nlohmann::json& JsonFields::array(const char* key) const {
+  LT_CHECK(has(key), where_, ": missing key '", key, "'");
+  if (!j_.at(key).is_array()) fail_type(key, "an array");
+  return j_.at(key);
 }
 
 std::vector<int64_t> JsonFields::integers_or_empty(const char* key, int64_t lo, int64_t hi) const {

@@ -4,11 +4,17 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace layertap {
+
+// Parses `text` as JSON, refusing nesting deeper than `max_depth` while parsing (recursive code
+// that walks values later, dump() included, cannot then exhaust the stack). Errors read
+// "<where>: malformed JSON at byte N: <reason>" or "<where>: JSON nested deeper than N levels".
+nlohmann::json parse_json(std::string_view text, const std::string& where, int max_depth);
 
 // A closed interval [lo, hi], or (lo, hi] with open_lo.
 struct Interval {
@@ -24,7 +30,7 @@ class JsonFields {
 
   bool has(const char* key) const;  // present and not null
   const std::string& where() const { return where_; }
-  const nlohmann::json& object() const { return j_; }
+  const nlohmann::json& raw() const { return j_; }
 
   // Integers in [lo, hi]; the required form throws when the key is absent or null.
   int64_t integer(const char* key, int64_t lo, int64_t hi) const;
@@ -32,7 +38,13 @@ class JsonFields {
   // Any JSON number (integer or float), finite and inside `range`.
   double number_or(const char* key, double fallback, Interval range) const;
   bool boolean_or(const char* key, bool fallback) const;
+  bool boolean(const char* key) const;
   std::string string_or(const char* key, const std::string& fallback) const;
+  std::string string(const char* key) const;
+  // The object under `key` (required), named "<where>.<key>" in its errors.
+  JsonFields object(const char* key) const;
+  // The array under `key` (required); its elements are checked by the caller.
+  const nlohmann::json& array(const char* key) const;
   // An array of integers, each in [lo, hi]; empty when absent.
   std::vector<int64_t> integers_or_empty(const char* key, int64_t lo, int64_t hi) const;
 

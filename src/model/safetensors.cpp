@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
 #include "core/text.hpp"
+#include "model/json_fields.hpp"
 
 namespace layertap {
 
@@ -59,15 +60,19 @@ class SafetensorsFile {
     std::string duplicate;
     try {
       // nlohmann keeps the last of two equal keys silently; the callback sees each top-level key.
+      // A header nests 3 levels; deeper input is refused before recursive code could walk it.
       h = json::parse(header_, [&](int depth, json::parse_event_t event, json& parsed) {
         if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
           duplicate = parsed.get<std::string>();
+        if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= 8)
+          LT_FAIL("weights file '", path_, "': the header nests JSON deeper than 8 levels");
         return true;
       });
     } catch (const json::exception& e) {
       LT_FAIL("weights file '", path_, "' has a malformed header: ", e.what());
     }
-    LT_CHECK(duplicate.empty(), "weights file '", path_, "': tensor '", duplicate, "' appears twice in the header");
+    LT_CHECK(duplicate.empty(), "weights file '", path_, "': tensor '", excerpt(duplicate),
+             "' appears twice in the header");
     LT_CHECK(h.is_object(), "weights file '", path_, "': the header is not a JSON object");
     std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end) per tensor, for the layout check
     std::map<std::string, TensorInfo> mine;
@@ -91,9 +96,9 @@ class SafetensorsFile {
         spans.emplace_back(off[0], off[1]);
         mine.emplace(name, t);
       } catch (const Error& e) {
-        LT_FAIL("weights file '", path_, "': tensor '", name, "': ", e.what());
+        LT_FAIL("weights file '", path_, "': tensor '", excerpt(name), "': ", e.what());
       } catch (const json::exception& e) {
-        LT_FAIL("weights file '", path_, "': tensor '", name, "': malformed entry: ", e.what());
+        LT_FAIL("weights file '", path_, "': tensor '", excerpt(name), "': malformed entry: ", e.what());
       }
     }
     std::sort(spans.begin(), spans.end());
@@ -133,21 +138,16 @@ std::vector<std::string> checkpoint_files(const std::string& model_dir) {
     return {single.string()};
   }
   const std::string text = read_regular_file(index.string(), "checkpoint index");
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    LT_FAIL("'", index.string(), "' is not valid JSON: ", e.what());
-  }
-  LT_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "'", index.string(), "' has no weight_map");
+  json j = parse_json(text, index.string(), 8);
+  LT_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "'", index.string(), "' has no weight_map");
   std::set<std::string> names;
   for (auto& [tensor, file] : j["weight_map"].items()) {
     // Plain file names only: an entry must not lead out of the model directory.
-    LT_CHECK(file.is_string() && !file.get<std::string>().empty(), "'", index.string(), "': tensor '", tensor,
+    LT_CHECK(file.is_string() && !file.get<std::string>().empty(), "'", index.string(), "': tensor '", excerpt(tensor),
              "' maps to ", excerpt(file.dump()), ", not a file name");
     const std::string name = file.get<std::string>();
     LT_CHECK(name.find('/') == std::string::npos && name != "." && name != "..", "'", index.string(), "': tensor '",
-             tensor, "' maps to '", name, "', which is not a plain file name inside the model directory");
+             excerpt(tensor), "' maps to '", excerpt(name), "', which is not a plain file name inside the model directory");
     names.insert(name);
   }
   std::vector<std::string> files;

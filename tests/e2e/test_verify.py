@@ -40,7 +40,7 @@ class Verify(unittest.TestCase):
                               timeout=120)
 
     def corrupted(self, *edit, rechecksum=True):
-        out = self.tmp / ("bad-" + "-".join(map(str, edit[:2])))
+        out = self.tmp / ("bad-" + "-".join(map(str, edit)).replace("/", "_").replace('"', "")[:80])
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(self.good, out)
         cmd = [sys.executable, ARGS.corrupt, out, *map(str, edit)] + (["--rechecksum"] if rechecksum else [])
@@ -79,12 +79,51 @@ class Verify(unittest.TestCase):
     def test_flipped_byte_in_a_chunk(self):
         self.expect_caught("SHA-256 differs", "flip-byte", rechecksum=False)
 
+    def test_tampered_outputs_fail_cleanly(self):
+        """Shards that disagree with the manifest, and manifests that point outside the output, are
+        reported by verify and inspect alike, which end with their FAILED line and exit 1 (no crash,
+        no read past a buffer, no file outside the directory opened)."""
+        cases = [  # (edit, rechecksum, expected in both outputs)
+            (("resize", "hidden_states", 48), True, "/hidden_states has shape [121, 4, 48]"),
+            (("resize", "sample_index", 9), True, "/sample_offsets has 6 entries for 9 samples"),
+            (("resize", "input_ids", 7), True, "/loss_mask has 121 entries for 7 tokens"),
+            (("resize", "sample_offsets", 3), True, "/sample_offsets has 3 entries for 5 samples"),
+            (("declare-huge", "sample_offsets"), True, "more than a file of"),
+            (("declare-huge", "input_ids"), True, "more than a file of"),
+            (("set-attr", "capture_point_ids", "[0, 2, 4, 99]"), True, "capture point id 99 is outside [0, 5]"),
+            (("set-attr", "capture_point_ids", "[0, 2, 4, 5, 1]"), True, "capture point ids [0, 2, 4, 5, 1]"),
+            (("set-attr", "config_sha256", '"0000"'), True, "another model's output"),
+            (("manifest", "shards.0.file", '"../good/shard-00000.h5"'), False, "not a plain file name"),
+            (("manifest", "shards.0.file", '"/etc/passwd"'), False, "not a plain file name"),
+            (("manifest", "shards.0.tokens", '"20"'), False, "key 'tokens' must be an integer"),
+            (("manifest", "model.hidden_size", "1e400"), False, "manifest.json"),
+            (("manifest", "capture.points", "[]"), False, "no capture points"),
+        ]
+        for edit, rechecksum, expected in cases:
+            with self.subTest(edit=edit):
+                out = self.corrupted(*edit, rechecksum=rechecksum)
+                for cmd in (["verify", out, "--samples", "-1"], ["inspect", out]):
+                    p = subprocess.run([ARGS.layertap, *map(str, cmd)], capture_output=True, text=True, timeout=120)
+                    self.assertEqual(p.returncode, 1, f"{cmd[0]}: {p.stdout}{p.stderr}")
+                    self.assertIn(expected, p.stdout, f"{cmd[0]}: {p.stdout}")
+                    self.assertTrue(p.stdout.splitlines()[-1].startswith("FAILED"), f"{cmd[0]}: {p.stdout}")
+
+    def test_garbage_manifest_ends_with_the_summary(self):
+        out = self.corrupted("swap-points", 0, 0)
+        (out / "manifest.json").write_text('{"format_version": 1, "complete": tru')
+        for cmd in (["verify", out], ["inspect", out]):
+            p = subprocess.run([ARGS.layertap, *map(str, cmd)], capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            self.assertIn("malformed JSON", p.stdout)
+            self.assertTrue(p.stdout.splitlines()[-1].startswith("FAILED"), p.stdout)
+
     def test_missing_manifest(self):
         out = self.corrupted("swap-points", 0, 0)
         (out / "manifest.json").unlink()
         p = self.verify(out)
-        self.assertNotEqual(p.returncode, 0)
-        self.assertIn("manifest.json", p.stderr)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("manifest.json", p.stdout)
+        self.assertTrue(p.stdout.splitlines()[-1].startswith("FAILED"), p.stdout)
 
 
 def main():

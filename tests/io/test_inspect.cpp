@@ -92,9 +92,9 @@ TEST(Inspect, ReportsShardsThatDisagreeWithTheManifest) {
   };
   const std::vector<Case> cases = {
       {"samples", [](json& m, const fs::path&) { m["shards"][1]["samples"] = 3; },
-       "shard-00001.h5: manifest says 3 samples, the file holds 2"},
+       "shard-00001.h5: holds 2 samples, manifest says 3"},
       {"tokens", [](json& m, const fs::path&) { m["shards"][0]["tokens"] = 8; },
-       "shard-00000.h5: manifest says 8 tokens, the file holds 7"},
+       "shard-00000.h5: holds 7 tokens, manifest says 8"},
       {"hidden size", [](json& m, const fs::path&) { m["model"]["hidden_size"] = 32; },
        "manifest implies [tokens, points, hidden] = [7, 4, 32]"},
       {"dtype", [](json& m, const fs::path&) { m["storage_dtype"] = "float32"; },
@@ -108,7 +108,17 @@ TEST(Inspect, ReportsShardsThatDisagreeWithTheManifest) {
       {"not a shard", [](json&, const fs::path& d) { fs::resize_file(d / "shard-00001.h5", 100); },
        "shard-00001.h5: cannot be read"},
       {"incomplete", [](json& m, const fs::path&) { m["complete"] = false; }, "incomplete"},
-      {"missing key", [](json& m, const fs::path&) { m.erase("totals"); }, "no \"totals\""},
+      {"missing key", [](json& m, const fs::path&) { m.erase("totals"); }, "missing key 'totals'"},
+      {"wrong type", [](json& m, const fs::path&) { m["shards"][0]["tokens"] = "7"; },
+       "shards[0]: key 'tokens' must be an integer, found string"},
+      {"path outside", [](json& m, const fs::path&) { m["shards"][0]["file"] = "../shard-00000.h5"; },
+       "shard file '../shard-00000.h5' is not a plain file name inside the output directory"},
+      {"absolute path", [](json& m, const fs::path&) { m["shards"][0]["file"] = "/etc/passwd"; },
+       "shard file '/etc/passwd' is not a plain file name"},
+      {"point id out of range", [](json& m, const fs::path&) { m["capture"]["points"][0]["id"] = 99; },
+       "key 'id' = 99 is outside [0, 9]"},
+      {"huge counts", [](json& m, const fs::path&) { m["shards"][0]["tokens"] = int64_t(1) << 61; },
+       "manifest implies [tokens, points, hidden] = [2305843009213693952, 4, 16]"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

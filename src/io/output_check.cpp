@@ -1,0 +1,125 @@
+#include "io/output_check.hpp"
+
+#include "core/digest.hpp"
+#include "core/error.hpp"
+#include "core/regular_file.hpp"
+#include "core/text.hpp"
+#include "io/shard_reader.hpp"
+#include "model/json_fields.hpp"
+
+namespace layertap::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kMax = int64_t(1) << 62;  // counts and sizes; keeps sums in int64
+
+void check_plain_name(const std::string& name, const std::string& where) {
+  LT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..", where,
+           ": shard file '", excerpt(name), "' is not a plain file name inside the output directory");
+}
+
+}  // namespace
+
+Manifest read_manifest(const fs::path& dir) {
+  const fs::path path = dir / "manifest.json";
+  Manifest m;
+  m.raw = parse_json(read_regular_file(path.string(), "manifest"), path.string(), 16);
+  const JsonFields top(m.raw, path.string());
+  m.format_version = top.integer("format_version", 1, 1000);
+  m.complete = top.boolean("complete");
+  m.storage_dtype = top.string("storage_dtype");
+  LT_CHECK(m.storage_dtype == "bfloat16" || m.storage_dtype == "float32", path.string(), ": storage_dtype '",
+           excerpt(m.storage_dtype), "' is not bfloat16 or float32");
+
+  const JsonFields model = top.object("model");
+  m.model_dir = model.string("dir");
+  m.architecture = model.string("architecture");
+  m.config_sha256 = model.string("config_sha256");
+  m.weights_fingerprint = model.string("weights_fingerprint");
+  m.num_layers = model.integer("num_hidden_layers", 1, 1 << 20);
+  m.hidden_size = model.integer("hidden_size", 1, 1 << 24);
+  m.vocab_size = model.integer("vocab_size", 1, kMax);
+
+  const JsonFields capture = top.object("capture");
+  m.capture_request = capture.string("request");
+  const nlohmann::json& points = capture.array("points");
+  LT_CHECK(!points.empty(), capture.where(), ": no capture points");
+  for (std::size_t p = 0; p < points.size(); ++p) {
+    const JsonFields point(points[p], cat(capture.where(), " points[", p, "]"));
+    m.point_specs.push_back(point.string("spec"));
+    m.point_ids.push_back(point.integer("id", 0, m.num_layers + 1));
+  }
+
+  const nlohmann::json& shards = top.array("shards");
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const JsonFields s(shards[i], cat(path.string(), " shards[", i, "]"));
+    ManifestShard e;
+    e.file = s.string("file");
+    check_plain_name(e.file, s.where());
+    e.sha256 = s.string("sha256");
+    e.samples = s.integer("samples", 0, kMax);
+    e.tokens = s.integer("tokens", 0, kMax);
+    e.bytes = s.integer("bytes", 0, kMax);
+    m.shards.push_back(e);
+  }
+  const JsonFields totals = top.object("totals");
+  m.total_samples = totals.integer("samples", 0, kMax);
+  m.total_tokens = totals.integer("tokens", 0, kMax);
+  m.total_bytes = totals.integer("bytes", 0, kMax);
+  return m;
+}
+
+ShardFindings check_shard(const fs::path& dir, const ManifestShard& s, const Manifest& m, bool checksum) {
+  ShardFindings f;
+  const auto fail = [&](auto&&... why) { f.problems.push_back(cat(s.file, ": ", why...)); };
+  const fs::path path = dir / s.file;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) {
+    fail("missing (listed in manifest.json)");
+    return f;
+  }
+  if (!fs::is_regular_file(st)) {
+    fail("is not a regular file");
+    return f;
+  }
+  if (const auto size = int64_t(fs::file_size(path, ec)); size != s.bytes)
+    fail("file is ", size, " bytes, manifest says ", s.bytes);
+  if (checksum && sha256_file(path.string()) != s.sha256)
+    fail("SHA-256 differs from the manifest (the file changed after it was written)");
+  try {
+    const ShardReader r(path);
+    f.shape = r.hidden_shape();
+    f.dtype = r.hidden_dtype();
+    const std::vector<std::string> structure = r.structure_problems();
+    for (const std::string& p : structure) fail(p);
+    const int64_t P = int64_t(m.point_ids.size());
+    const std::vector<int64_t> want{s.tokens, P, m.hidden_size};
+    if (f.shape != want)
+      fail("/hidden_states is ", format_shape(f.shape), ", manifest implies [tokens, points, hidden] = ",
+           format_shape(want));
+    if (r.num_samples() != s.samples) fail("holds ", r.num_samples(), " samples, manifest says ", s.samples);
+    if (r.num_tokens() != s.tokens) fail("holds ", r.num_tokens(), " tokens, manifest says ", s.tokens);
+    if (f.dtype != m.storage_dtype) fail("/hidden_states is stored as ", f.dtype, ", manifest says ", m.storage_dtype);
+    const OutputMeta& a = r.meta();
+    if (r.format_version() != m.format_version)
+      fail("format version ", r.format_version(), ", manifest says ", m.format_version);
+    if (a.point_ids != m.point_ids)
+      fail("capture point ids ", format_shape(a.point_ids), ", manifest says ", format_shape(m.point_ids));
+    if (a.hidden != m.hidden_size) fail("hidden_size attribute ", a.hidden, ", manifest says ", m.hidden_size);
+    if (a.num_layers != m.num_layers) fail("num_layers attribute ", a.num_layers, ", manifest says ", m.num_layers);
+    if (a.architecture != m.architecture)
+      fail("architecture '", a.architecture, "', manifest says '", m.architecture, "'");
+    if (a.config_sha256 != m.config_sha256) fail("config_sha256 differs from the manifest's (another model's output)");
+    if (a.weights_fingerprint != m.weights_fingerprint)
+      fail("weights_fingerprint differs from the manifest's (another model's output)");
+    f.sound = f.problems.empty();
+  } catch (const Error& e) {
+    fail("cannot be read: ", e.what());
+  }
+  return f;
+}
+
+}  // namespace layertap::io
