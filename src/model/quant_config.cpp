@@ -63,10 +63,10 @@ QuantConfig parse_compressed_tensors(const JsonFields& q) {
   QuantConfig c;
   c.method = QuantConfig::Method::Int4Group;
   const std::string format = q.string_or("format", "");
-  LT_CHECK(q.has("config_groups") && q.object().at("config_groups").is_object() &&
-               !q.object().at("config_groups").empty(),
+  LT_CHECK(q.has("config_groups") && q.raw().at("config_groups").is_object() &&
+               !q.raw().at("config_groups").empty(),
            q.where(), ": compressed-tensors quantization_config has no config_groups");
-  for (const auto& [name, group_json] : q.object().at("config_groups").items()) {
+  for (const auto& [name, group_json] : q.raw().at("config_groups").items()) {
     const JsonFields g(group_json, cat(q.where(), " config group '", excerpt(name), "'"));
     const std::string group_format = g.string_or("format", format);
     LT_CHECK(group_format == "pack-quantized", g.where(), " has format '", excerpt(group_format),
@@ -74,7 +74,7 @@ QuantConfig parse_compressed_tensors(const JsonFields& q) {
     for (const char* act : {"input_activations", "output_activations"})
       LT_CHECK(!g.has(act), g.where(), " quantizes ", act, " (supported: weight-only int4, W4A16)");
     LT_CHECK(g.has("weights"), g.where(), " has no 'weights' scheme");
-    const JsonFields w(g.object().at("weights"), g.where() + " weights");
+    const JsonFields w(g.raw().at("weights"), g.where() + " weights");
     const int64_t bits = w.integer_or("num_bits", 0, 0, 64);
     const std::string type = w.string_or("type", "int"), strategy = w.string_or("strategy", "");
     const bool symmetric = w.boolean_or("symmetric", false);
@@ -84,7 +84,7 @@ QuantConfig parse_compressed_tensors(const JsonFields& q) {
     // GPTQ activation ordering "group" (alias "dynamic"; `true` in older configs) stores a
     // column-to-group map (X.weight_g_idx) that the int4 decoder does not apply; "weight" (alias
     // "static") leaves the stored format unchanged.
-    const json actorder = w.has("actorder") ? w.object().at("actorder") : json();
+    const json actorder = w.has("actorder") ? w.raw().at("actorder") : json();
     LT_CHECK(actorder.is_null() || actorder == false || actorder == "weight" || actorder == "static", w.where(),
              ": actorder ", excerpt(actorder.dump()),
              " is not supported (groups reordered by weight_g_idx; supported: null, \"weight\")");
@@ -94,7 +94,7 @@ QuantConfig parse_compressed_tensors(const JsonFields& q) {
     c.group_size = group;
     compile(group_json.value("targets", json()), "targets", q.where(), c.targets, c.target_res);
   }
-  compile(q.object().value("ignore", json()), "ignore", q.where(), c.ignore, c.ignore_res);
+  compile(q.raw().value("ignore", json()), "ignore", q.where(), c.ignore, c.ignore_res);
   return c;
 }
 
