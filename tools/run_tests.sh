@@ -10,3 +10,6 @@ cmake --build "$build" -j "$(nproc)"
 # Open MPI refuses root unless told; CI and containers run as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+# The Python package (python/: layertap-prep, layertap.data, layertap-export checked through the
+# trainers' own loaders): pinned venv at ${LAYERTAP_PYENV:-/opt/layertap-pyenv}, then pytest.
+LAYERTAP_BIN="$(cd "$build" && pwd)/src/cli/layertap" bash tools/python_env.sh --test
