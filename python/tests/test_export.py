@@ -231,3 +231,19 @@ def test_cli_refuses_and_guards_dest(tiny_out, tmp_path, capsys):
     assert main(args + ["--overwrite"]) == 0
     info = json.loads((d2 / "layertap_export.json").read_text())
     assert info["samples"] == 200 and info["draft_vocab_size"] == 32
+
+
+def test_incomplete_output_needs_the_flag(tiny_out, tmp_path, capsys):
+    import shutil
+    out = tmp_path / "stopped"
+    shutil.copytree(tiny_out, out)
+    m = json.loads((out / "manifest.json").read_text())
+    m["complete"], m["shards"] = False, m["shards"][:2]
+    (out / "manifest.json").write_text(json.dumps(m))
+    args = ["--to", "modelopt", str(out), str(tmp_path / "d"), "--aux", "1,2,3",
+            "--allow-custom-layers", "--quiet"]
+    assert main(args) == 2
+    assert "complete\": false" in capsys.readouterr().err
+    assert main(args + ["--allow-incomplete"]) == 0
+    n = sum(s["samples"] for s in m["shards"])
+    assert len(list((tmp_path / "d" / "data").glob("*.pt"))) == n
