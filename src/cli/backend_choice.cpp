@@ -1,11 +1,16 @@
 #include "cli/backend_choice.hpp"
 
+#include <mpi.h>
+
+#include <algorithm>
+
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/log.hpp"
+#include "core/text.hpp"
 
 #ifdef LAYERTAP_HAVE_CUDA
-#include <mpi.h>
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/device.hpp"
@@ -15,7 +20,6 @@
 
 namespace layertap {
 
-#ifdef LAYERTAP_HAVE_CUDA
 namespace {
 
 // This rank's position among the ranks of its node (an MPI shared-memory split).
@@ -31,6 +35,28 @@ std::pair<int, int> local_rank_and_size() {
   MPI_Comm_free(&node);
   return {local_rank, local_size};
 }
+
+}  // namespace
+
+void check_host_memory(const ModelConfig& cfg, const TpShard& shard, int64_t max_batch_tokens, int64_t capture_points) {
+  const int local_ranks = local_rank_and_size().second;
+  const int64_t weights = host_weight_bytes(cfg, shard);
+  // Activations of one batch (an estimate): the captured states and a few working rows of the
+  // widest layer part, in float32.
+  const int64_t widest = std::max({cfg.hidden_size, cfg.intermediate_size / shard.size, cfg.q_dim() / shard.size,
+                                   cfg.moe ? cfg.moe->expert_intermediate_size * cfg.moe->experts_per_token : 0});
+  const int64_t activations = max_batch_tokens * 4 * (capture_points * cfg.hidden_size + 8 * widest);
+  const int64_t need = (weights + activations) * local_ranks, have = host_memory_bytes();
+  LT_CHECK(need <= have, "not enough host memory: each of the ", local_ranks, " ranks on this node holds its ",
+           "float32 weights (", human_bytes(weights), " at --tp ", shard.size, ") and a batch's activations (about ",
+           human_bytes(activations), " at --max-batch-tokens ", max_batch_tokens, "), ", human_bytes(need),
+           " in all, but this host allows ", human_bytes(have), "; use a larger --tp, fewer ranks per node, or a ",
+           "smaller --max-batch-tokens");
+  log_debug("host memory: ", human_bytes(need), " needed of ", human_bytes(have));
+}
+
+#ifdef LAYERTAP_HAVE_CUDA
+namespace {
 
 // The CUDA backend together with the communicator it all-reduces through (declared first, so
 // it outlives the backend).

@@ -19,6 +19,11 @@ namespace layertap {
 // any weight is read.
 std::string resolve_backend(const std::string& requested, const ModelConfig& cfg);
 
+// Every rank, collectively, before any weight is read: the ranks on this node can hold their float32
+// weight slices (both backends load them on the host first) and a batch's activations; else an
+// error with the numbers and what to change, instead of an out-of-memory kill mid-load.
+void check_host_memory(const ModelConfig& cfg, const TpShard& shard, int64_t max_batch_tokens, int64_t capture_points);
+
 // This rank's backend (its TP slice of the weights). `backend` is "cpu" or "cuda".
 std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
                                       const TpShard& shard, MpiGroups& groups, int64_t max_batch_tokens,

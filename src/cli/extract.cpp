@@ -223,6 +223,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const auto [first_sample, last_sample] = split_by_tokens(lengths, world.dp)[std::size_t(world.dp_rank)];
   const std::vector<io::Sample> mine(samples.begin() + long(first_sample), samples.begin() + long(last_sample));
   plan_batches(mine, 0, o.max_batch_tokens);  // any over-long sample fails here, before the weights load
+  check_host_memory(cfg, shard, o.max_batch_tokens, int64_t(plan.points.size()));
 
   const Checkpoint ckpt(checkpoint_files(o.model));
   check_same_on_all_ranks("model weights", ckpt.fingerprint());

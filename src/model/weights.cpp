@@ -252,4 +252,50 @@ ModelWeights load_weights(const Checkpoint& ck, const ModelConfig& c, const TpSh
   return m;
 }
 
+int64_t host_weight_bytes(const ModelConfig& c, const TpShard& s) {
+  // Mirrors ShardLoader. Counted in double: a hostile config's total can pass int64 (4096 layers of
+  // 65536 experts), and below 2^53 elements (every real model) the count is exact.
+  const double H = double(c.hidden_size);
+  const int64_t T = s.size;
+  const bool rank0 = s.rank == 0;  // row-parallel biases are kept by rank 0 only
+  const auto mlp = [&](int64_t inter, bool sliced, bool bias) {
+    const double local = double(sliced ? inter / T : inter);
+    return 3 * local * H + (bias ? 2 * local + (rank0 ? H : 0) : 0);
+  };
+  double n = double(c.vocab_size) * H + H;  // embedding, final norm
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    n += 2 * H;  // the two norms
+    if (c.mla) {
+      const MlaConfig& m = *c.mla;
+      const double heads = double(c.num_heads / T), qk = double(m.qk_head_dim()),
+                   kvd = double(m.qk_nope_head_dim + m.v_head_dim), q_lora = double(m.q_lora_rank),
+                   kv_lora = double(m.kv_lora_rank), kv_a = double(m.kv_lora_rank + m.qk_rope_head_dim);
+      if (m.q_lora_rank > 0)
+        n += q_lora * H + (m.bias ? q_lora : 0) + q_lora + heads * qk * q_lora;
+      else
+        n += heads * qk * H;
+      n += kv_a * H + (m.bias ? kv_a : 0) + kv_lora + heads * kvd * kv_lora;
+      n += H * heads * double(m.v_head_dim) + (m.bias && rank0 ? H : 0);
+    } else {
+      const double heads = double(c.num_heads / T), kv_heads = double(std::max<int64_t>(1, c.num_kv_heads / T)),
+                   hd = double(c.head_dim);
+      n += (heads + 2 * kv_heads) * hd * H + H * heads * hd;
+      if (c.qkv_bias) n += (heads + 2 * kv_heads) * hd;
+      if (c.o_bias && rank0) n += H;
+      if (c.qk_norm) n += 2 * hd;
+    }
+    if (c.is_moe_layer(i)) {
+      const MoeConfig& m = *c.moe;
+      const bool whole = s.moe_split == MoeSplit::Experts;
+      n += double(m.num_experts) * H + (m.score_bias ? double(m.num_experts) : 0);
+      n += double(whole ? m.num_experts / T : m.num_experts) * mlp(m.expert_intermediate_size, !whole, false);
+      if (m.num_shared_experts > 0) n += mlp(m.expert_intermediate_size * m.num_shared_experts, true, false);
+    } else {
+      n += mlp(c.intermediate_size, true, c.mlp_bias);
+    }
+  }
+  const double bytes = n * double(sizeof(float));
+  return bytes < 0x1p62 ? int64_t(bytes) : int64_t(1) << 62;
+}
+
 }  // namespace layertap

@@ -88,4 +88,8 @@ void check_tp_divisibility(const ModelConfig& c, const TpShard& shard);
 // layers and vision tower are never read), decoding quantized weights to float32.
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const TpShard& shard);
 
+// Bytes of float32 that load_weights will hold for this rank, from the config alone (exactly the
+// sum of its vectors): checked against the host's memory before anything is read.
+int64_t host_weight_bytes(const ModelConfig& c, const TpShard& shard);
+
 }  // namespace layertap
