@@ -98,7 +98,7 @@ uint16_t float_to_fp16(float f) {
 void to_float(DType t, const void* src, float* dst, std::size_t n) {
   switch (t) {
     case DType::F32:
-      std::memcpy(dst, src, n * sizeof(float));
+      if (n != 0) std::memcpy(dst, src, n * sizeof(float));  // dst may be null when n == 0
       return;
     // 16-bit elements may sit at odd addresses inside a mapped file: read them with memcpy.
     case DType::BF16: {
