@@ -3,11 +3,13 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <thread>
 
 #include "backend/cpu/ops.hpp"
 #include "cli/backend_choice.hpp"
@@ -38,7 +40,18 @@ using nlohmann::json;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Consecutive samples, in input order, up to max_tokens per batch: [first, last) positions.
+// Kimi-K2.5 is multimodal; layertap runs its text model only, so a sample holding the media
+// placeholder (whose states would need the vision tower) is an error, never silently wrong states.
+void refuse_media_placeholder(const io::Sample& s, const ModelConfig& cfg) {
+  if (cfg.media_placeholder_token_id < 0) return;
+  for (std::size_t t = 0; t < s.input_ids.size(); ++t)
+    LT_CHECK(s.input_ids[t] != cfg.media_placeholder_token_id, "sample ", s.index, " (id '", s.id,
+             "') holds the media placeholder token ", cfg.media_placeholder_token_id, " at position ", t, ": ",
+             cfg.architecture, " is extracted as a text-only model; remove image/video samples from the dataset");
+}
+
+// Consecutive samples, in input order, up to max_tokens per batch: [first, last) positions from
+// `begin` (every length is at most max_tokens: check_sample_lengths ran first).
 std::vector<std::pair<std::size_t, std::size_t>> plan_batches(const std::vector<io::Sample>& samples,
                                                               std::size_t begin, int64_t max_tokens) {
   std::vector<std::pair<std::size_t, std::size_t>> batches;
@@ -46,9 +59,7 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_batches(const std::vector<
   int64_t tokens = 0;
   for (std::size_t i = begin; i < samples.size(); ++i) {
     const int64_t n = int64_t(samples[i].input_ids.size());
-    LT_CHECK(n <= max_tokens, "sample '", samples[i].id, "' (index ", samples[i].index, ") has ", n,
-             " tokens, more than --max-batch-tokens ", max_tokens, "; raise --max-batch-tokens");
-    if (tokens + n > max_tokens) {
+    if (tokens + n > max_tokens && i > first) {
       batches.emplace_back(first, i);
       first = i;
       tokens = 0;
@@ -57,6 +68,41 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_batches(const std::vector<
   }
   if (first < samples.size()) batches.emplace_back(first, samples.size());
   return batches;
+}
+
+// The same error on every rank, before any sample is parsed for the run.
+void check_sample_lengths(const io::DatasetIndex& index, const std::string& path, int64_t max_tokens) {
+  for (std::size_t i = 0; i < index.samples.size(); ++i) {
+    const io::SampleSpan& s = index.samples[i];
+    LT_CHECK(s.tokens <= max_tokens, "dataset '", path, "' line ", s.line, " (sample ", i, ") has ", s.tokens,
+             " tokens, more than --max-batch-tokens ", max_tokens, "; raise --max-batch-tokens");
+  }
+}
+
+// World rank 0 indexes the dataset in one validating pass on `threads` threads and every rank gets
+// the index (32 bytes per sample) or rank 0's error; each rank then parses only its own samples.
+io::DatasetIndex share_dataset_index(const std::string& path, const ModelConfig& cfg, int threads, bool lead) {
+  io::DatasetIndex index;
+  std::string error;
+  if (lead) {
+    try {
+      index = io::index_jsonl_dataset(path, cfg.vocab_size, threads, [&](const io::Sample& s) {
+        refuse_media_placeholder(s, cfg);
+      });
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  broadcast_from_world_root(error);
+  LT_CHECK(error.empty(), error);
+  std::string spans(index.samples.size() * sizeof(io::SampleSpan), '\0');
+  std::memcpy(spans.data(), index.samples.data(), spans.size());
+  broadcast_from_world_root(spans);
+  broadcast_from_world_root(index.sha256);
+  index.samples.resize(spans.size() / sizeof(io::SampleSpan));
+  std::memcpy(index.samples.data(), spans.data(), spans.size());
+  index.lines = broadcast_from_world_root(index.lines);
+  return index;
 }
 
 std::string utc_now() {
@@ -183,17 +229,6 @@ void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const Captu
            " tokens/s after loading) -> ", o.out);
 }
 
-// Kimi-K2.5 is multimodal; layertap runs its text model only, so a sample holding the media
-// placeholder (whose states would need the vision tower) is an error, never silently wrong states.
-void refuse_media_placeholders(const std::vector<io::Sample>& samples, const ModelConfig& cfg) {
-  if (cfg.media_placeholder_token_id < 0) return;
-  for (const io::Sample& s : samples)
-    for (std::size_t t = 0; t < s.input_ids.size(); ++t)
-      LT_CHECK(s.input_ids[t] != cfg.media_placeholder_token_id, "sample ", s.index, " (id '", s.id,
-               "') holds the media placeholder token ", cfg.media_placeholder_token_id, " at position ", t, ": ",
-               cfg.architecture, " is extracted as a text-only model; remove image/video samples from the dataset");
-}
-
 }  // namespace
 
 int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
@@ -213,16 +248,15 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const TpShard shard{world.tp_rank, world.tp, parse_moe_split(o.moe_split)};
   check_tp_divisibility(cfg, shard);
   const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
-  // Every rank reads and validates the dataset (same errors everywhere) and keeps its group's part.
-  const auto [samples, dataset_sha256] = io::read_jsonl_dataset(o.data, cfg.vocab_size);
-  refuse_media_placeholders(samples, cfg);
-  check_same_on_all_ranks("dataset", dataset_sha256);
-  std::vector<int64_t> lengths;
-  for (const io::Sample& s : samples) lengths.push_back(int64_t(s.input_ids.size()));
-  const int64_t total_tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
-  const auto [first_sample, last_sample] = split_by_tokens(lengths, world.dp)[std::size_t(world.dp_rank)];
-  const std::vector<io::Sample> mine(samples.begin() + long(first_sample), samples.begin() + long(last_sample));
-  plan_batches(mine, 0, o.max_batch_tokens);  // any over-long sample fails here, before the weights load
+  // One validating pass over the dataset (rank 0), the same errors everywhere; each rank then
+  // parses only its group's samples.
+  const io::DatasetIndex index = share_dataset_index(
+      o.data, cfg, o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())), lead);
+  check_sample_lengths(index, o.data, o.max_batch_tokens);
+  const std::string& dataset_sha256 = index.sha256;
+  const int64_t total_tokens = index.total_tokens();
+  const auto [first_sample, last_sample] = split_by_tokens(index.lengths(), world.dp)[std::size_t(world.dp_rank)];
+  const std::vector<io::Sample> mine = io::read_samples(o.data, index, first_sample, last_sample, cfg.vocab_size);
   check_host_memory(cfg, shard, o.max_batch_tokens, int64_t(plan.points.size()));
 
   const Checkpoint ckpt(checkpoint_files(o.model));
@@ -257,7 +291,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   if (lead) {
     log_info("model ", cfg.architecture, " (", cfg.num_layers, " layers, hidden ", cfg.hidden_size, ") from ", o.model);
     log_info("world ", world.world_size, " ranks = ", world.dp, " data-parallel groups x tensor parallel ", world.tp);
-    log_info("dataset ", o.data, ": ", samples.size(), " samples, ", total_tokens, " tokens; group 0 has ", mine.size(),
+    log_info("dataset ", o.data, ": ", index.samples.size(), " samples, ", total_tokens, " tokens; group 0 has ", mine.size(),
              " samples", done ? cat(" (", done, " kept from the interrupted run)") : "", " in ", batches.size(),
              " batches of up to ", o.max_batch_tokens, " tokens");
     std::string points;
@@ -337,7 +371,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   // Rank order = group order = input order: the manifest lists shards in dataset order.
   const std::vector<std::string> parts = gather_strings(my_part.dump());
   if (lead)
-    write_manifest(o, cfg, plan, meta, world, samples.size(), total_tokens, dataset_sha256, parts, stopped,
+    write_manifest(o, cfg, plan, meta, world, index.samples.size(), total_tokens, dataset_sha256, parts, stopped,
                    backend->name(), seconds_since(t_start), double(tokens_this_run) / seconds_since(t_loaded),
                    peak_mib_max);
   // No rank exits before the manifest is on disk: a launcher that ends the job when a rank exits

@@ -103,4 +103,14 @@ int64_t broadcast_from_world_root(int64_t value) {
   return value;
 }
 
+void broadcast_from_world_root(std::string& bytes) {
+  bytes.resize(std::size_t(broadcast_from_world_root(int64_t(bytes.size()))));
+  // MPI counts are int: in pieces of at most 2^30 bytes.
+  for (std::size_t done = 0; done < bytes.size();) {
+    const std::size_t piece = std::min<std::size_t>(bytes.size() - done, std::size_t(1) << 30);
+    LT_MPI_CHECK(MPI_Bcast(bytes.data() + done, int(piece), MPI_BYTE, 0, MPI_COMM_WORLD));
+    done += piece;
+  }
+}
+
 }  // namespace layertap

@@ -62,5 +62,7 @@ bool any_rank(bool value);
 
 // World rank 0's `value`, on every rank.
 int64_t broadcast_from_world_root(int64_t value);
+// World rank 0's `bytes` on every rank (any length).
+void broadcast_from_world_root(std::string& bytes);
 
 }  // namespace layertap

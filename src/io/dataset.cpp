@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -81,46 +83,145 @@ Sample parse_sample_line(std::string_view line, int64_t index, const std::string
   return s;
 }
 
-Dataset read_jsonl_dataset(const std::string& path, int64_t vocab_size) {
+int64_t DatasetIndex::total_tokens() const {
+  int64_t n = 0;
+  for (const SampleSpan& s : samples) n += s.tokens;
+  return n;
+}
+
+std::vector<int64_t> DatasetIndex::lengths() const {
+  std::vector<int64_t> out;
+  out.reserve(samples.size());
+  for (const SampleSpan& s : samples) out.push_back(s.tokens);
+  return out;
+}
+
+namespace {
+
+// Blocks of whole lines are parsed in parallel; a line longer than a block makes its block longer.
+constexpr std::size_t kBlockBytes = std::size_t(8) << 20;
+
+// What one block of whole lines holds. Line numbers and sample indices are relative to the block
+// until merged in file order.
+struct BlockResult {
+  std::vector<SampleSpan> spans;  // offsets absolute, lines relative (1-based within the block)
+  int64_t lines = 0;
+  bool failed = false;
+  int64_t bad_line = 0;      // relative line of the first failure
+  std::string bad_text;      // its bytes, parsed again with its real line number for the message
+};
+
+BlockResult index_block(const std::string& text, int64_t base, int64_t vocab_size, const SampleCheck& check) {
+  BlockResult r;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + pos, end - pos);
+    ++r.lines;
+    if (!is_blank(line)) {
+      try {
+        const Sample s = parse_sample_line(line, int64_t(r.spans.size()), "", vocab_size);
+        if (check) check(s);
+        r.spans.push_back({base + int64_t(pos), int64_t(line.size()), r.lines, int64_t(s.input_ids.size())});
+      } catch (const Error&) {
+        r.failed = true;
+        r.bad_line = r.lines;
+        r.bad_text = std::string(line);
+        return r;
+      }
+    }
+    pos = end + 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+DatasetIndex index_jsonl_dataset(const std::string& path, int64_t vocab_size, int threads, const SampleCheck& check) {
   LT_CHECK(vocab_size > 0 && vocab_size <= int64_t(std::numeric_limits<int32_t>::max()) + 1,
            "dataset '", path, "': invalid vocabulary size ", vocab_size);
   // A pipe would be read once and could not be fingerprinted for --resume: regular files only.
   const RegularFile file(path, "dataset");
-  const int fd = file.fd();
-
-  Dataset d;
+  DatasetIndex index;
   Sha256 hash;
-  int64_t line_no = 0;
-  std::string pending;  // the current line's bytes read so far
-  const auto take_line = [&](std::string_view line) {
-    ++line_no;
-    if (is_blank(line)) return;
-    d.samples.push_back(parse_sample_line(line, int64_t(d.samples.size()),
-                                          cat("dataset '", path, "' line ", line_no), vocab_size));
-  };
-  std::vector<char> buf(std::size_t(1) << 20);
-  for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    LT_CHECK(n >= 0, "read error in dataset '", path, "' after line ", line_no, ": ", std::strerror(errno));
-    if (n == 0) break;
-    hash.update(buf.data(), std::size_t(n));
-    std::string_view chunk(buf.data(), std::size_t(n));
-    for (std::size_t nl; (nl = chunk.find('\n')) != std::string_view::npos; chunk.remove_prefix(nl + 1)) {
-      if (pending.empty()) {
-        take_line(chunk.substr(0, nl));
-      } else {
-        pending.append(chunk.substr(0, nl));
-        take_line(pending);
-        pending.clear();
-      }
+  std::deque<std::future<BlockResult>> running;  // blocks in file order
+  const auto merge_front = [&] {
+    BlockResult r = running.front().get();
+    running.pop_front();
+    if (r.failed) {
+      // Parse the bad line again where its number and sample index are known: the message is the
+      // one a sequential reader would give.
+      const int64_t line = index.lines + r.bad_line, sample = int64_t(index.samples.size() + r.spans.size());
+      const Sample s = parse_sample_line(r.bad_text, sample, cat("dataset '", path, "' line ", line), vocab_size);
+      if (check) check(s);
+      LT_FAIL("dataset '", path, "' line ", line, " could not be indexed");  // not reached: the parse threw
     }
-    pending.append(chunk);
+    for (SampleSpan& span : r.spans) {
+      span.line += index.lines;
+      index.samples.push_back(span);
+    }
+    index.lines += r.lines;
+  };
+  try {
+    std::string carry;  // bytes after the last newline read so far
+    int64_t carry_offset = 0;
+    std::vector<char> buf(kBlockBytes);
+    for (bool eof = false; !eof;) {
+      ssize_t n = 0;
+      do n = ::read(file.fd(), buf.data(), buf.size());
+      while (n < 0 && errno == EINTR);
+      LT_CHECK(n >= 0, "read error in dataset '", path, "': ", std::strerror(errno));
+      eof = n == 0;
+      hash.update(buf.data(), std::size_t(n));
+      carry.append(buf.data(), std::size_t(n));
+      const std::size_t cut = eof ? carry.size() : carry.rfind('\n') + 1;  // npos + 1 = 0: no whole line yet
+      if (cut == 0 || (!eof && carry.size() < kBlockBytes)) continue;
+      std::string block = carry.substr(0, cut);
+      carry.erase(0, cut);
+      const int64_t base = carry_offset;
+      carry_offset += int64_t(cut);
+      if (int(running.size()) >= std::max(1, threads)) merge_front();
+      running.push_back(std::async(std::launch::async, [block = std::move(block), base, vocab_size, &check] {
+        return index_block(block, base, vocab_size, check);
+      }));
+    }
+    while (!running.empty()) merge_front();
+  } catch (...) {
+    for (auto& f : running) f.wait();  // no task may outlive what it references
+    throw;
   }
-  if (!pending.empty()) take_line(pending);  // a last line without a newline
-  LT_CHECK(!d.samples.empty(), "dataset '", path, "' holds no samples (", line_no, " lines)");
-  d.sha256 = hash.hex();
-  return d;
+  LT_CHECK(!index.samples.empty(), "dataset '", path, "' holds no samples (", index.lines, " lines)");
+  index.sha256 = hash.hex();
+  return index;
+}
+
+std::vector<Sample> read_samples(const std::string& path, const DatasetIndex& index, std::size_t first,
+                                 std::size_t last, int64_t vocab_size) {
+  LT_CHECK(first <= last && last <= index.samples.size(), "dataset '", path, "': samples [", first, ", ", last,
+           ") are outside its ", index.samples.size());
+  const RegularFile file(path, "dataset");
+  std::vector<Sample> out;
+  out.reserve(last - first);
+  std::string line;
+  for (std::size_t i = first; i < last; ++i) {
+    const SampleSpan& span = index.samples[i];
+    line.resize(std::size_t(span.bytes));
+    std::size_t got = 0;
+    while (got < line.size()) {
+      const ssize_t n = ::pread(file.fd(), line.data() + got, line.size() - got, off_t(span.offset) + off_t(got));
+      if (n < 0 && errno == EINTR) continue;
+      LT_CHECK(n > 0, "dataset '", path, "' line ", span.line, ": ",
+               n == 0 ? "the file is shorter than when it was indexed" : std::strerror(errno));
+      got += std::size_t(n);
+    }
+    const std::string where = cat("dataset '", path, "' line ", span.line);
+    Sample s = parse_sample_line(line, int64_t(i), where, vocab_size);
+    LT_CHECK(int64_t(s.input_ids.size()) == span.tokens, where, " holds ", s.input_ids.size(), " tokens, ",
+             span.tokens, " when the dataset was indexed: the file changed during the run");
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 }  // namespace layertap::io

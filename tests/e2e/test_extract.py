@@ -236,7 +236,7 @@ class Extract(unittest.TestCase):
         self.extract("llama", self.golden, out, "--capture", "final", "--overwrite")
         blocker = self.tmp / "file"
         blocker.write_text("x")
-        self.expect_failure("output directory", out=blocker / "sub")
+        self.expect_failure("exists and is not a directory", out=blocker / "sub")
 
 
 def main():

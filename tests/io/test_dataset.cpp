@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <functional>
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
@@ -14,10 +15,30 @@ namespace {
 
 using test::TempDir;
 
+std::string test_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::string write_file(const TempDir& dir, const std::string& content) {
   const auto path = (dir.path() / "data.jsonl").string();
   std::ofstream(path, std::ios::binary) << content;
   return path;
+}
+
+struct Read {
+  std::vector<Sample> samples;
+  std::string sha256;
+};
+
+// Every sample of a file, as the ranks together read it: the index pass, then the samples by offset.
+Read read_jsonl_dataset(const std::string& path, int64_t vocab, int threads = 2) {
+  const DatasetIndex index = index_jsonl_dataset(path, vocab, threads);
+  return {read_samples(path, index, 0, index.samples.size(), vocab), index.sha256};
 }
 
 // The message of the Error that reading `content` throws ("" if none).
@@ -119,6 +140,78 @@ TEST(Dataset, UnreadableFileIsNamed) {
     EXPECT_NE(std::string(e.what()).find("nope.jsonl"), std::string::npos) << e.what();
   }
   EXPECT_THROW(read_jsonl_dataset(dir.path().string(), 100), Error);  // a directory
+}
+
+// A file of many blocks: the index is the same whatever the thread count, line numbers and offsets
+// are absolute, the samples read back by offset are the ones written, and the first bad line in
+// file order is the one reported, even when a later block fails too.
+TEST(Dataset, IndexOfManyBlocksIsExactAndThreadIndependent) {
+  TempDir dir;
+  std::string content;
+  std::vector<std::size_t> line_offsets;
+  const int n = 60000;  // about 20 MB: several 8 MB blocks
+  for (int i = 0; i < n; ++i) {
+    if (i % 1000 == 7) content += "\n";  // blank lines are counted as lines, not samples
+    line_offsets.push_back(content.size());
+    content += "{\"id\": " + std::to_string(i) + ", \"input_ids\": [";
+    for (int t = 0; t <= i % 50; ++t) content += (t ? ", " : "") + std::to_string((i + t) % 97);
+    content += "], \"pad\": \"" + std::string(std::size_t(200 + i % 300), 'p') + "\"}\n";
+  }
+  content += "{\"id\": \"huge\", \"input_ids\": [" + std::string(9'000'000, ' ') + "1]}";  // longer than a block
+  const std::string path = write_file(dir, content);
+  const DatasetIndex one = index_jsonl_dataset(path, 100, 1), three = index_jsonl_dataset(path, 100, 3);
+  ASSERT_EQ(one.samples.size(), std::size_t(n + 1));
+  EXPECT_EQ(one.sha256, sha256_hex(content));
+  EXPECT_EQ(three.sha256, one.sha256);
+  EXPECT_EQ(one.lines, n + n / 1000 + 1);
+  for (std::size_t i = 0; i < one.samples.size(); ++i) {
+    const SampleSpan &a = one.samples[i], &b = three.samples[i];
+    ASSERT_TRUE(a.offset == b.offset && a.bytes == b.bytes && a.line == b.line && a.tokens == b.tokens) << i;
+  }
+  EXPECT_EQ(one.samples[12345].offset, int64_t(line_offsets[12345]));
+  EXPECT_EQ(one.samples[12345].line, 12345 + 13 + 1);  // 13 blank lines before it (7, 1007, ..., 12007)
+  EXPECT_EQ(one.samples[12345].tokens, 12345 % 50 + 1);
+  const auto part = read_samples(path, three, 30000, 30003, 100);
+  ASSERT_EQ(part.size(), 3u);
+  EXPECT_EQ(part[1].id, "30001");
+  EXPECT_EQ(part[1].index, 30001);
+  EXPECT_EQ(part[1].input_ids.size(), std::size_t(30001 % 50 + 1));
+  EXPECT_EQ(read_samples(path, three, n, n + 1, 100)[0].id, "huge");
+
+  // Two bad lines in different blocks: the earlier one is reported with its absolute line number.
+  std::string bad = content;
+  bad.replace(line_offsets[50000], 1, "[");
+  bad.replace(line_offsets[40000], 1, "[");
+  const std::string bad_path = write_file(dir, bad);
+  for (int threads : {1, 4}) {
+    try {
+      index_jsonl_dataset(bad_path, 100, threads);
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("line " + std::to_string(40000 + 40 + 1) + ":"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(Dataset, ReadRefusesAFileChangedSinceIndexing) {
+  TempDir dir;
+  const std::string path = write_file(dir, "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [4]}\n");
+  const DatasetIndex index = index_jsonl_dataset(path, 100);
+  write_file(dir, "{\"input_ids\": [1, 2, 7]}\n{\"input_ids\": [4, 5]}\n");
+  EXPECT_EQ(read_samples(path, index, 0, 1, 100)[0].input_ids, (std::vector<int32_t>{1, 2, 7}));
+  const std::string msg = test_error([&] { read_samples(path, index, 1, 2, 100); });
+  EXPECT_NE(msg.find("line 2"), std::string::npos) << msg;
+}
+
+TEST(Dataset, CheckRunsOnEverySampleWithItsIndex) {
+  TempDir dir;
+  const std::string path = write_file(dir, "{\"input_ids\": [1]}\n\n{\"id\": \"x\", \"input_ids\": [2, 9]}\n");
+  const SampleCheck no_nines = [](const Sample& s) {
+    for (int32_t t : s.input_ids) LT_CHECK(t != 9, "sample ", s.index, " (id '", s.id, "') holds 9");
+  };
+  const std::string msg = test_error([&] { index_jsonl_dataset(path, 100, 1, no_nines); });
+  EXPECT_NE(msg.find("sample 1 (id 'x') holds 9"), std::string::npos) << msg;
 }
 
 TEST(Dataset, PipeIsRefusedNotReadTwice) {
