@@ -22,7 +22,8 @@ namespace {
 
 constexpr int kRefBlock = 128;             // keys per chunk = threads per block
 constexpr int kRefWarps = kRefBlock / 32;
-constexpr int kRefDimsPerThread = 4;       // head_dim <= kRefBlock * kRefDimsPerThread = 512
+constexpr int kRefDimsPerThread = 4;       // v head dim <= kRefBlock * kRefDimsPerThread = 512
+constexpr std::int64_t kRefMaxDim = kRefBlock * kRefDimsPerThread;
 
 __device__ float warp_max(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
@@ -54,24 +55,24 @@ __device__ float block_sum(float v, float* scratch) {
   return r;
 }
 
-// grid (T, hq), block kRefBlock; dynamic shared memory: q (hd) | p (kRefBlock) | scratch (kRefWarps) floats.
+// grid (T, hq), block kRefBlock; dynamic shared memory: q (qk_dim) | p (kRefBlock) | scratch (kRefWarps) floats.
 __global__ void __launch_bounds__(kRefBlock)
-    attention_reference_kernel(__nv_bfloat16* __restrict__ ctx,        // (T, hq * hd)
-                               const __nv_bfloat16* __restrict__ qkv,  // (T, (hq + 2 hkv) * hd)
-                               const std::int32_t* __restrict__ pos,   // (T)
-                               std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
-                               float scale) {
+    attention_reference_kernel(__nv_bfloat16* __restrict__ ctx,  // (T, hq * v_dim)
+                               AttentionLayout a,
+                               const std::int32_t* __restrict__ pos,  // (T)
+                               std::int64_t window) {
   extern __shared__ float smem[];
-  float* q = smem;             // (hd)
+  const std::int64_t hd = a.qk_dim, vd = a.v_dim;
+  float* q = smem;             // (qk_dim)
   float* p = q + hd;           // (kRefBlock)
   float* scratch = p + kRefBlock;
 
   const std::int64_t t = blockIdx.x, h = blockIdx.y;
-  const std::int64_t row = (hq + 2 * hkv) * hd;  // elements per token in qkv
-  const std::int64_t g = h / (hq / hkv);
-  const __nv_bfloat16* k = qkv + (hq + g) * hd;        // key j at k + j * row
-  const __nv_bfloat16* v = qkv + (hq + hkv + g) * hd;  // value j at v + j * row
-  for (std::int64_t d = threadIdx.x; d < hd; d += kRefBlock) q[d] = __bfloat162float(qkv[t * row + h * hd + d]);
+  const std::int64_t g = h / (a.hq / a.hkv);
+  const float scale = a.scale;
+  const __nv_bfloat16* k = a.k + g * hd;  // key j at k + j * a.k_row
+  const __nv_bfloat16* v = a.v + g * vd;  // value j at v + j * a.v_row
+  for (std::int64_t d = threadIdx.x; d < hd; d += kRefBlock) q[d] = __bfloat162float(a.q[t * a.q_row + h * hd + d]);
   std::int64_t lo = t - pos[t];
   if (window > 0 && t - window + 1 > lo) lo = t - window + 1;
   __syncthreads();
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kRefBlock)
     const std::int64_t j = j0 + threadIdx.x;
     float s = -INFINITY;
     if (j <= t) {
-      const __nv_bfloat16* kj = k + j * row;
+      const __nv_bfloat16* kj = k + j * a.k_row;
       float dot = 0.0f;
       for (std::int64_t d = 0; d < hd; ++d) dot += q[d] * __bfloat162float(kj[d]);
       s = dot * scale;
@@ -97,19 +98,19 @@ __global__ void __launch_bounds__(kRefBlock)
 #pragma unroll
     for (int r = 0; r < kRefDimsPerThread; ++r) {
       const std::int64_t d = threadIdx.x + r * kRefBlock;
-      if (d < hd) {
-        float a = acc[r] * alpha;
-        for (std::int64_t jj = 0; jj < n; ++jj) a += p[jj] * __bfloat162float(v[(j0 + jj) * row + d]);
-        acc[r] = a;
+      if (d < vd) {
+        float sum = acc[r] * alpha;
+        for (std::int64_t jj = 0; jj < n; ++jj) sum += p[jj] * __bfloat162float(v[(j0 + jj) * a.v_row + d]);
+        acc[r] = sum;
       }
     }
     __syncthreads();  // p is rewritten by the next chunk
   }
-  __nv_bfloat16* out = ctx + t * hq * hd + h * hd;
+  __nv_bfloat16* out = ctx + t * a.hq * vd + h * vd;
 #pragma unroll
   for (int r = 0; r < kRefDimsPerThread; ++r) {
     const std::int64_t d = threadIdx.x + r * kRefBlock;
-    if (d < hd) out[d] = __float2bfloat16_rn(acc[r] / l);
+    if (d < vd) out[d] = __float2bfloat16_rn(acc[r] / l);
   }
 }
 
@@ -164,25 +165,26 @@ __device__ __forceinline__ std::uint32_t load_u32(const __nv_bfloat16* p) {
   return *reinterpret_cast<const std::uint32_t*>(p);
 }
 
-// grid (num_tiles, hq), block kFlashThreads.
-template <int HD>
+// grid (num_tiles, hq), block kFlashThreads. QK: head dim of queries and keys; VD: of values.
+template <int QK, int VD>
 __global__ void __launch_bounds__(kFlashThreads)
-    attention_flash_kernel(__nv_bfloat16* __restrict__ ctx,        // (T, hq * HD)
-                           const __nv_bfloat16* __restrict__ qkv,  // (T, (hq + 2 hkv) * HD)
-                           const std::int32_t* __restrict__ pos,   // (T)
+    attention_flash_kernel(__nv_bfloat16* __restrict__ ctx,  // (T, hq * VD)
+                           AttentionLayout a,
+                           const std::int32_t* __restrict__ pos,    // (T)
                            const std::int32_t* __restrict__ tiles,  // (num_tiles, 2)
-                           std::int64_t hq, std::int64_t hkv, std::int64_t window, float scale) {
-  constexpr int kKT = HD / 16;  // k-steps of Q K^T
-  constexpr int kND = HD / 8;   // n-tiles of O
+                           std::int64_t window) {
+  constexpr int kKT = QK / 16;  // k-steps of Q K^T
+  constexpr int kND = VD / 8;   // n-tiles of O
   constexpr int kNT = kKeys / 8;  // n-tiles of S
-  __shared__ __align__(16) __nv_bfloat16 ks[kKeys][HD + kPad];  // (keys, HD)
-  __shared__ __align__(16) __nv_bfloat16 vs[kKeys][HD + kPad];  // (keys, HD)
+  __shared__ __align__(16) __nv_bfloat16 ks[kKeys][QK + kPad];  // (keys, QK)
+  __shared__ __align__(16) __nv_bfloat16 vs[kKeys][VD + kPad];  // (keys, VD)
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
   const std::int64_t q0 = tiles[2 * blockIdx.x], q1 = tiles[2 * blockIdx.x + 1];
-  const std::int64_t h = blockIdx.y, kvh = h / (hq / hkv);
-  const std::int64_t row = (hq + 2 * hkv) * HD;  // elements per token in qkv
+  const std::int64_t hq = a.hq;
+  const std::int64_t h = blockIdx.y, kvh = h / (hq / a.hkv);
+  const float scale = a.scale;
   const std::int64_t t0 = q0 - pos[q0];           // first token of the sample
   const std::int64_t r0 = q0 + warp * 16 + g, r1 = r0 + 8;  // this thread's two query rows
 
@@ -191,8 +193,8 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
   for (int kt = 0; kt < kKT; ++kt) {
     const int col = kt * 16 + 2 * c;
-    const __nv_bfloat16* p0 = qkv + r0 * row + h * HD + col;
-    const __nv_bfloat16* p1 = qkv + r1 * row + h * HD + col;
+    const __nv_bfloat16* p0 = a.q + r0 * a.q_row + h * QK + col;
+    const __nv_bfloat16* p1 = a.q + r1 * a.q_row + h * QK + col;
     qa[kt][0] = r0 < q1 ? load_u32(p0) : 0u;
     qa[kt][1] = r1 < q1 ? load_u32(p1) : 0u;
     qa[kt][2] = r0 < q1 ? load_u32(p0 + 8) : 0u;
@@ -212,16 +214,19 @@ __global__ void __launch_bounds__(kFlashThreads)
     // K and V tile (keys k0 .. k0+63) into shared memory, 16 bytes per access; keys past the
     // tile's last query are zeros (never read out of bounds, never NaN * 0).
     __syncthreads();  // the previous tile's fragments are all read
-    constexpr int kChunks = HD / 8;  // uint4 per row
-    for (int i = threadIdx.x; i < kKeys * kChunks; i += kFlashThreads) {
-      const int r = i / kChunks, ch = i % kChunks;
+    constexpr int kChunksK = QK / 8, kChunksV = VD / 8;  // uint4 per row
+    for (int i = threadIdx.x; i < kKeys * kChunksK; i += kFlashThreads) {
+      const int r = i / kChunksK, ch = i % kChunksK;
       const std::int64_t j = k0 + r;
-      uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
-      if (j <= last_key) {
-        kv = *reinterpret_cast<const uint4*>(qkv + j * row + (hq + kvh) * HD + ch * 8);
-        vv = *reinterpret_cast<const uint4*>(qkv + j * row + (hq + hkv + kvh) * HD + ch * 8);
-      }
+      uint4 kv = {0u, 0u, 0u, 0u};
+      if (j <= last_key) kv = *reinterpret_cast<const uint4*>(a.k + j * a.k_row + kvh * QK + ch * 8);
       *reinterpret_cast<uint4*>(&ks[r][ch * 8]) = kv;
+    }
+    for (int i = threadIdx.x; i < kKeys * kChunksV; i += kFlashThreads) {
+      const int r = i / kChunksV, ch = i % kChunksV;
+      const std::int64_t j = k0 + r;
+      uint4 vv = {0u, 0u, 0u, 0u};
+      if (j <= last_key) vv = *reinterpret_cast<const uint4*>(a.v + j * a.v_row + kvh * VD + ch * 8);
       *reinterpret_cast<uint4*>(&vs[r][ch * 8]) = vv;
     }
     __syncthreads();
@@ -280,7 +285,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       o[nd][3] *= alpha1;
     }
 
-    // O (16 x HD per warp) += P V: P's accumulator layout is the A layout of keys 16 at a time.
+    // O (16 x VD per warp) += P V: P's accumulator layout is the A layout of keys 16 at a time.
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       const std::uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
@@ -309,41 +314,59 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int nd = 0; nd < kND; ++nd) {
     const int col = nd * 8 + 2 * c;
     if (r0 < q1) {
-      *reinterpret_cast<std::uint32_t*>(ctx + r0 * hq * HD + h * HD + col) = pack_bf16(o[nd][0] / l0, o[nd][1] / l0);
+      *reinterpret_cast<std::uint32_t*>(ctx + r0 * hq * VD + h * VD + col) = pack_bf16(o[nd][0] / l0, o[nd][1] / l0);
     }
     if (r1 < q1) {
-      *reinterpret_cast<std::uint32_t*>(ctx + r1 * hq * HD + h * HD + col) = pack_bf16(o[nd][2] / l1, o[nd][3] / l1);
+      *reinterpret_cast<std::uint32_t*>(ctx + r1 * hq * VD + h * VD + col) = pack_bf16(o[nd][2] / l1, o[nd][3] / l1);
     }
   }
 }
 
-void check_common(const void* ctx, const void* qkv, const void* pos, std::int64_t T, std::int64_t hq,
-                  std::int64_t hkv, std::int64_t hd, std::int64_t window, const char* name) {
-  LT_CHECK(T >= 0 && T < (std::int64_t(1) << 31) && hq > 0 && hkv > 0 && hq % hkv == 0 && hd > 0 && window >= 0,
-           name, ": bad shape T=", T, " hq=", hq, " hkv=", hkv, " hd=", hd, " window=", window);
-  LT_CHECK(hq < 65536, name, ": ", hq, " query heads is more than a grid dimension holds");
-  LT_CHECK(ctx != nullptr && qkv != nullptr && pos != nullptr, name, ": null pointer argument");
+void check_layout(const void* ctx, const AttentionLayout& a, const void* pos, std::int64_t T, std::int64_t window,
+                  const char* name) {
+  LT_CHECK(T >= 0 && T < (std::int64_t(1) << 31) && a.hq > 0 && a.hkv > 0 && a.hq % a.hkv == 0 && a.qk_dim > 0 &&
+               a.v_dim > 0 && window >= 0,
+           name, ": bad shape T=", T, " hq=", a.hq, " hkv=", a.hkv, " qk_dim=", a.qk_dim, " v_dim=", a.v_dim,
+           " window=", window);
+  LT_CHECK(a.q_row >= a.hq * a.qk_dim && a.k_row >= a.hkv * a.qk_dim && a.v_row >= a.hkv * a.v_dim, name,
+           ": row strides q ", a.q_row, ", k ", a.k_row, ", v ", a.v_row, " are shorter than the heads they hold");
+  LT_CHECK(a.hq < 65536, name, ": ", a.hq, " query heads is more than a grid dimension holds");
+  LT_CHECK(ctx != nullptr && a.q != nullptr && a.k != nullptr && a.v != nullptr && pos != nullptr, name,
+           ": null pointer argument");
 }
 
-// Scale of the scores, computed as the CPU reference does.
-float score_scale(std::int64_t hd) { return 1.0f / std::sqrt(static_cast<float>(hd)); }
+// The fused q/k/v projection of the dense decoders as a layout, scale 1/sqrt(hd) as the CPU reference.
+AttentionLayout fused_layout(const __nv_bfloat16* qkv, std::int64_t hq, std::int64_t hkv, std::int64_t hd) {
+  const std::int64_t row = (hq + 2 * hkv) * hd;
+  return AttentionLayout{qkv, row, qkv + hq * hd, row, qkv + (hq + hkv) * hd, row, hq, hkv, hd, hd,
+                         1.0f / std::sqrt(static_cast<float>(hd))};
+}
+
+bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 }  // namespace
 
 // ----------------------------------------------------------------------------------------------
 // launchers
 
+void attention_reference(__nv_bfloat16* ctx, const AttentionLayout& a, const std::int32_t* pos, std::int64_t T,
+                         std::int64_t window, cudaStream_t stream) {
+  check_layout(ctx, a, pos, T, window, "attention_reference");
+  LT_CHECK(a.qk_dim <= kRefMaxDim && a.v_dim <= kRefMaxDim, "attention_reference: head dims ", a.qk_dim, "/",
+           a.v_dim, " exceed ", kRefMaxDim);
+  if (T == 0) return;
+  const std::size_t smem = sizeof(float) * std::size_t(a.qk_dim + kRefBlock + kRefWarps);
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.hq));
+  attention_reference_kernel<<<grid, kRefBlock, smem, stream>>>(ctx, a, pos, window);
+  LT_CUDA_CHECK_LAUNCH();
+}
+
 void attention_reference(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos, std::int64_t T,
                          std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
                          cudaStream_t stream) {
-  check_common(ctx, qkv, pos, T, hq, hkv, hd, window, "attention_reference");
-  LT_CHECK(hd <= kRefBlock * kRefDimsPerThread, "attention_reference: head_dim ", hd, " exceeds ",
-           kRefBlock * kRefDimsPerThread);
-  if (T == 0) return;
-  const std::size_t smem = sizeof(float) * std::size_t(hd + kRefBlock + kRefWarps);
-  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(hq));
-  attention_reference_kernel<<<grid, kRefBlock, smem, stream>>>(ctx, qkv, pos, hq, hkv, hd, window, score_scale(hd));
-  LT_CUDA_CHECK_LAUNCH();
+  LT_CHECK(qkv != nullptr && hq > 0 && hkv > 0 && hd > 0, "attention_reference: bad shape or null qkv (hq=", hq,
+           " hkv=", hkv, " hd=", hd, ")");
+  attention_reference(ctx, fused_layout(qkv, hq, hkv, hd), pos, T, window, stream);
 }
 
 std::vector<std::int32_t> flash_query_tiles(const std::vector<std::int64_t>& offsets) {
@@ -365,34 +388,48 @@ std::int64_t max_flash_tiles(std::int64_t max_tokens) {
   return max_tokens / kFlashTile + max_tokens + 1;
 }
 
-bool flash_attention_supported(std::int64_t hd) {
-  if (hd != 64 && hd != 128) return false;
+bool flash_attention_supported(std::int64_t qk_dim, std::int64_t v_dim) {
+  const bool shape = (qk_dim == v_dim && (qk_dim == 64 || qk_dim == 128)) || (qk_dim == 192 && v_dim == 128);
+  if (!shape) return false;
   int device = 0, major = 0;
   LT_CUDA_CHECK(cudaGetDevice(&device));
   LT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return major >= 8;
 }
 
+bool flash_attention_supported(std::int64_t hd) { return flash_attention_supported(hd, hd); }
+
+void attention_flash(__nv_bfloat16* ctx, const AttentionLayout& a, const std::int32_t* pos, const std::int32_t* tiles,
+                     std::int64_t num_tiles, std::int64_t T, std::int64_t window, cudaStream_t stream) {
+  check_layout(ctx, a, pos, T, window, "attention_flash");
+  LT_CHECK(tiles != nullptr && num_tiles >= 0 && num_tiles < (std::int64_t(1) << 31),
+           "attention_flash: bad tile table (", num_tiles, " tiles)");
+  LT_CHECK(flash_attention_supported(a.qk_dim, a.v_dim), "attention_flash: head dims ", a.qk_dim, "/", a.v_dim,
+           " or this device are not supported (64/64, 128/128 or 192/128 on sm_80+)");
+  // 16-byte loads of K/V rows, 4-byte loads of Q and stores of ctx.
+  LT_CHECK(aligned(a.k, 16) && aligned(a.v, 16) && a.k_row % 8 == 0 && a.v_row % 8 == 0 && aligned(a.q, 4) &&
+               a.q_row % 2 == 0 && aligned(ctx, 4),
+           "attention_flash: k and v must be 16-byte aligned with row strides of 8 elements, q and ctx 4-byte aligned");
+  if (T == 0 || num_tiles == 0) return;
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.hq));
+  if (a.qk_dim == 64) {
+    attention_flash_kernel<64, 64><<<grid, kFlashThreads, 0, stream>>>(ctx, a, pos, tiles, window);
+  } else if (a.qk_dim == 128) {
+    attention_flash_kernel<128, 128><<<grid, kFlashThreads, 0, stream>>>(ctx, a, pos, tiles, window);
+  } else {
+    attention_flash_kernel<192, 128><<<grid, kFlashThreads, 0, stream>>>(ctx, a, pos, tiles, window);
+  }
+  LT_CUDA_CHECK_LAUNCH();
+}
+
 void attention_flash(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos,
                      const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t hq,
                      std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream) {
-  check_common(ctx, qkv, pos, T, hq, hkv, hd, window, "attention_flash");
-  LT_CHECK(tiles != nullptr && num_tiles >= 0 && num_tiles < (std::int64_t(1) << 31),
-           "attention_flash: bad tile table (", num_tiles, " tiles)");
-  LT_CHECK(flash_attention_supported(hd), "attention_flash: head_dim ", hd,
+  LT_CHECK(qkv != nullptr && hq > 0 && hkv > 0 && hd > 0, "attention_flash: bad shape or null qkv (hq=", hq,
+           " hkv=", hkv, " hd=", hd, ")");
+  LT_CHECK(hd == 64 || hd == 128, "attention_flash: head_dim ", hd,
            " or this device is not supported (head_dim 64 or 128 on sm_80+)");
-  // 16-byte loads of K/V rows and 4-byte accesses of Q and ctx.
-  LT_CHECK(reinterpret_cast<std::uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<std::uintptr_t>(ctx) % 4 == 0,
-           "attention_flash: qkv must be 16-byte aligned and ctx 4-byte aligned");
-  if (T == 0 || num_tiles == 0) return;
-  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(hq));
-  const float scale = score_scale(hd);
-  if (hd == 64) {
-    attention_flash_kernel<64><<<grid, kFlashThreads, 0, stream>>>(ctx, qkv, pos, tiles, hq, hkv, window, scale);
-  } else {
-    attention_flash_kernel<128><<<grid, kFlashThreads, 0, stream>>>(ctx, qkv, pos, tiles, hq, hkv, window, scale);
-  }
-  LT_CUDA_CHECK_LAUNCH();
+  attention_flash(ctx, fused_layout(qkv, hq, hkv, hd), pos, tiles, num_tiles, T, window, stream);
 }
 
 }  // namespace layertap::kernels

@@ -1,8 +1,11 @@
 // Causal grouped-query attention over a packed batch (block-diagonal: never across samples), with
 // an optional sliding window. Two kernels compute the same function:
-//   attention_reference  any head_dim, float32 throughout; simple, the yardstick for the other;
-//   attention_flash      head_dim 64 or 128, bf16 tensor cores (mma.sync, sm_80+), online softmax.
-// Usable from host C++ (g++) and from .cu files.
+//   attention_reference  any head dims up to 512, float32 throughout; simple, the yardstick;
+//   attention_flash      head dims 64/64, 128/128 (dense) and 192/128 (MLA: qk = nope + rope dims,
+//                        v), bf16 tensor cores (mma.sync, sm_80+), online softmax.
+// Each takes either the dense decoders' fused q/k/v projection, or an AttentionLayout: separate
+// q, k and v rows with head dims and a score scale of their own (MLA). Usable from host C++ (g++)
+// and from .cu files.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,6 +14,20 @@
 #include <cuda_runtime_api.h>
 
 namespace layertap::kernels {
+
+// Query head h of token t at q + t * q_row + h * qk_dim; key and value head g of token j at
+// k + j * k_row + g * qk_dim and v + j * v_row + g * v_dim (g = h / (hq / hkv)); the scores are
+// scaled by `scale`. ctx is (T, hq * v_dim).
+struct AttentionLayout {
+  const __nv_bfloat16* q = nullptr;
+  std::int64_t q_row = 0;
+  const __nv_bfloat16* k = nullptr;
+  std::int64_t k_row = 0;
+  const __nv_bfloat16* v = nullptr;
+  std::int64_t v_row = 0;
+  std::int64_t hq = 0, hkv = 0, qk_dim = 0, v_dim = 0;
+  float scale = 1.0f;
+};
 
 // For query t of sample s (starting at token t0 = t - pos[t]) and query head h (key/value head
 // g = h / (hq / hkv)):
@@ -27,6 +44,10 @@ void attention_reference(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std
                          std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
                          cudaStream_t stream);
 
+// The same function on an AttentionLayout: ctx (T, hq * v_dim); qk_dim and v_dim at most 512.
+void attention_reference(__nv_bfloat16* ctx, const AttentionLayout& layout, const std::int32_t* pos, std::int64_t T,
+                         std::int64_t window, cudaStream_t stream);
+
 // Queries per tile of attention_flash.
 inline constexpr std::int64_t kFlashTile = 64;
 
@@ -38,6 +59,8 @@ std::int64_t max_flash_tiles(std::int64_t max_tokens);
 
 // Whether attention_flash runs for this head_dim on the current device (hd 64 or 128, sm_80+).
 bool flash_attention_supported(std::int64_t hd);
+// Whether attention_flash runs for these head dims (64/64, 128/128, 192/128) on the current device.
+bool flash_attention_supported(std::int64_t qk_dim, std::int64_t v_dim);
 
 // Same function as attention_reference, except that the probabilities are rounded to bf16 for
 // the tensor-core product with V (their float32 sum is the softmax denominator), as FlashAttention-2.
@@ -45,5 +68,11 @@ bool flash_attention_supported(std::int64_t hd);
 void attention_flash(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos,
                      const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t hq,
                      std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream);
+
+// attention_flash on an AttentionLayout (its head dims as flash_attention_supported(qk, v) says; k
+// and v 16-byte aligned with row strides of whole 8-element chunks; q and ctx 4-byte aligned).
+void attention_flash(__nv_bfloat16* ctx, const AttentionLayout& layout, const std::int32_t* pos,
+                     const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t window,
+                     cudaStream_t stream);
 
 }  // namespace layertap::kernels

@@ -30,7 +30,8 @@ __global__ void __launch_bounds__(kBlock)
                         const float* __restrict__ inv_freq,       // (hd / 2)
                         const __nv_bfloat16* __restrict__ q_norm,  // (hd) or null
                         const __nv_bfloat16* __restrict__ k_norm,  // (hd) or null
-                        float eps, std::int64_t T, std::int64_t hq, std::int64_t hkv, std::int64_t hd) {
+                        float eps, std::int64_t T, std::int64_t hq, std::int64_t hkv, std::int64_t hd,
+                        float attention_factor) {
   const int lane = threadIdx.x % 32;
   const std::int64_t heads = hq + hkv;  // rotated heads per token
   const std::int64_t warp = std::int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -62,6 +63,8 @@ __global__ void __launch_bounds__(kBlock)
     }
     float s, c;
     sincosf(p * inv_freq[i], &s, &c);  // full-range accurate sincos (no fast-math)
+    c *= attention_factor;             // as cpu::Rope: cos(angle) * factor, in float32
+    s *= attention_factor;
     x[i] = __float2bfloat16_rn(a * c - b * s);
     x[i + half] = __float2bfloat16_rn(b * c + a * s);
   }
@@ -74,7 +77,8 @@ __global__ void __launch_bounds__(kBlock)
 
 void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_freq,
                   const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps, std::int64_t T,
-                  std::int64_t hq, std::int64_t hkv, std::int64_t hd, cudaStream_t stream) {
+                  std::int64_t hq, std::int64_t hkv, std::int64_t hd, cudaStream_t stream,
+                  float attention_factor) {
   LT_CHECK(T >= 0 && hq > 0 && hkv > 0 && hd > 0 && hd % 2 == 0, "qk_norm_rope: bad shape T=", T,
            " hq=", hq, " hkv=", hkv, " hd=", hd, " (hd must be even)");
   LT_CHECK(qkv != nullptr && pos != nullptr && inv_freq != nullptr, "qk_norm_rope: null pointer argument");
@@ -84,7 +88,8 @@ void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_
   const std::int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   LT_CHECK(blocks < (std::int64_t(1) << 31), "qk_norm_rope: ", T, " tokens x ", hq + hkv, " heads is too many");
   qk_norm_rope_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(qkv, pos, inv_freq, q_norm, k_norm,
-                                                                           eps, T, hq, hkv, hd);
+                                                                           eps, T, hq, hkv, hd,
+                                                                           attention_factor);
   LT_CUDA_CHECK_LAUNCH();
 }
 

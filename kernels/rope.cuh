@@ -14,6 +14,7 @@ namespace layertap::kernels {
 //                                  with w = q_norm for query heads, k_norm for key heads;
 //   then RoPE, rotating halves (HF rotate_half), for i < hd/2 with a = x[i], b = x[i + hd/2]:
 //     angle = float(pos[t]) * inv_freq[i];  x[i] = bf16(a cos - b sin);  x[i + hd/2] = bf16(b cos + a sin)
+//   with cos and sin multiplied by `attention_factor` first (YaRN's; 1 for the other RoPE types)
 // The normalised value is rounded to bf16 where Hugging Face's bf16 model holds a tensor (as the
 // fused RMSNorm kernel does); the rotation itself is float32 with one rounding (HF eager rounds
 // cos/sin and each product to bf16; float32 is closer to the float32 model).
@@ -25,6 +26,7 @@ namespace layertap::kernels {
 // Launches on `stream`; throws layertap::Error on bad arguments or a failed launch.
 void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_freq,
                   const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps, std::int64_t T,
-                  std::int64_t hq, std::int64_t hkv, std::int64_t hd, cudaStream_t stream);
+                  std::int64_t hq, std::int64_t hkv, std::int64_t hd, cudaStream_t stream,
+                  float attention_factor = 1.0f);
 
 }  // namespace layertap::kernels

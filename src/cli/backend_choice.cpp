@@ -62,9 +62,10 @@ namespace {
 // it outlives the backend).
 class CudaRankBackend final : public Backend {
  public:
+  // Quantized Linears stay packed on the device, read from `ckpt` as stored.
   CudaRankBackend(std::unique_ptr<DeviceAllReduce> comm, const ModelConfig& cfg, const ModelWeights& weights,
-                  cuda::CudaBackendOptions options)
-      : comm_(std::move(comm)), impl_(cfg, weights, *comm_, options) {}
+                  const Checkpoint& ckpt, cuda::CudaBackendOptions options)
+      : comm_(std::move(comm)), impl_(cfg, weights, ckpt, *comm_, options) {}
   std::string name() const override { return impl_.name(); }
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan, DType dtype) override {
     return impl_.forward(batch, plan, dtype);
@@ -113,7 +114,8 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
     cuda::CudaBackendOptions options;
     options.max_batch_tokens = max_batch_tokens;
     options.max_capture_points = capture_points;
-    auto b = std::make_unique<CudaRankBackend>(std::move(comm), cfg, load_weights(ckpt, cfg, shard), options);
+    options.moe_split = shard.moe_split;
+    auto b = std::make_unique<CudaRankBackend>(std::move(comm), cfg, load_weights(ckpt, cfg, shard), ckpt, options);
     log_info(b->description());
     return b;
   }

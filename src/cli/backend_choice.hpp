@@ -14,7 +14,7 @@
 namespace layertap {
 
 // Resolves --backend on every rank alike: "auto" is cuda when every rank sees a GPU (and this
-// build has CUDA) and the model has CUDA parts (not yet MLA, MoE, quantized weights or YaRN), cpu
+// build has CUDA) and the CUDA backend runs the model (cuda::unsupported_parts is empty), cpu
 // otherwise. Throws for "cuda" in a build or on a machine without it, or for such a model, before
 // any weight is read.
 std::string resolve_backend(const std::string& requested, const ModelConfig& cfg);

@@ -11,6 +11,8 @@
 #include "kernels/attention.cuh"
 #include "kernels/cuda_check.hpp"
 #include "kernels/embedding.cuh"
+#include "kernels/mla.cuh"
+#include "kernels/moe.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
 #include "kernels/swiglu.cuh"
@@ -25,12 +27,27 @@ int current_device() {
   return d;
 }
 
-AttentionKernel resolve_attention(AttentionKernel requested, std::int64_t hd) {
-  const bool flash = kernels::flash_attention_supported(hd);
+AttentionKernel resolve_attention(AttentionKernel requested, std::int64_t qk_dim, std::int64_t v_dim) {
+  const bool flash = kernels::flash_attention_supported(qk_dim, v_dim);
   if (requested == AttentionKernel::Auto) return flash ? AttentionKernel::Flash : AttentionKernel::Reference;
   LT_CHECK(requested != AttentionKernel::Flash || flash, "cuda backend: the flash attention kernel needs head_dim 64 "
-           "or 128 on an sm_80+ GPU (head_dim is ", hd, "); use the reference kernel");
+           "or 128 (MLA: qk 192 and v 128) on an sm_80+ GPU (head_dim is ", qk_dim,
+           v_dim != qk_dim ? cat(", v ", v_dim) : std::string(), "); use the reference kernel");
   return requested;
+}
+
+// This rank's shape; the router gets a bf16 low part when its host weights are not all bf16 values.
+LocalShape rank_shape(const ModelConfig& config, const TpShard& shard, const ModelWeights* host,
+                      const Checkpoint* ckpt) {
+  const PackedSource packed = ckpt != nullptr ? PackedSource::Checkpoint
+                              : host == nullptr ? PackedSource::Config
+                                                : PackedSource::None;
+  LocalShape s = LocalShape::of(config, shard, packed, ckpt);
+  if (host != nullptr)
+    for (const LayerWeights& l : host->layers)
+      if (const auto* m = std::get_if<MoeWeights>(&l.ffn))
+        for (const float v : m->router.w) s.router_lo |= bf16_to_float(float_to_bf16(v)) != v;
+  return s;
 }
 
 std::size_t distinct_points(const CapturePlan& plan) {
@@ -50,38 +67,51 @@ std::string gib(std::size_t bytes) {
 
 CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights, DeviceAllReduce& comm,
                          CudaBackendOptions options)
-    : CudaBackend(config, comm, options, &weights, 0) {}
+    : CudaBackend(config, comm, options, &weights, nullptr, 0) {}
+
+CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights, const Checkpoint& ckpt,
+                         DeviceAllReduce& comm, CudaBackendOptions options)
+    : CudaBackend(config, comm, options, &weights, &ckpt, 0) {}
 
 std::unique_ptr<CudaBackend> CudaBackend::synthetic(const ModelConfig& config, DeviceAllReduce& comm,
                                                     CudaBackendOptions options, std::uint64_t seed) {
-  return std::unique_ptr<CudaBackend>(new CudaBackend(config, comm, options, nullptr, seed));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(config, comm, options, nullptr, nullptr, seed));
 }
 
 CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaBackendOptions options,
-                         const ModelWeights* host, std::uint64_t seed)
+                         const ModelWeights* host, const Checkpoint* ckpt, std::uint64_t seed)
     : config_(config),
       comm_(comm),
       options_(options),
       device_(current_device()),
-      shape_(LocalShape::of(config, TpShard{comm.rank(), comm.size()})),
+      shape_(rank_shape(config, TpShard{comm.rank(), comm.size(), options.moe_split}, host, ckpt)),
       memory_(plan_memory(shape_, options)) {
   LT_CHECK(int64_t(config_.sliding_window.size()) == shape_.layers, "cuda backend: config has ",
            config_.sliding_window.size(), " sliding-window entries for ", shape_.layers, " layers");
   LT_CHECK(options_.timeout_s > 0, "cuda backend: timeout_s must be positive");
-  attention_ = resolve_attention(options_.attention, shape_.head_dim);
-  LT_CHECK(attention_ == AttentionKernel::Flash || shape_.head_dim <= 512, "cuda backend: head_dim ",
-           shape_.head_dim, " exceeds the reference attention kernel's 512");
+  const std::int64_t qk_dim = shape_.mla ? shape_.mla_qk() : shape_.head_dim;
+  const std::int64_t v_dim = shape_.mla ? shape_.v_dim : shape_.head_dim;
+  attention_ = resolve_attention(options_.attention, qk_dim, v_dim);
+  LT_CHECK(attention_ == AttentionKernel::Flash || (qk_dim <= 512 && v_dim <= 512), "cuda backend: head_dim ",
+           qk_dim, " exceeds the reference attention kernel's 512");
 
   std::size_t free_bytes = 0, total_bytes = 0;
   LT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   check_fits(memory_, free_bytes, describe_device(device_), options_);
 
-  weights_.emplace(host != nullptr ? DeviceWeights::upload(shape_, *host)
+  weights_.emplace(host != nullptr ? DeviceWeights::upload(shape_, *host, ckpt, &config_.quant)
                                    : DeviceWeights::random(shape_, seed, compute_.get()));
   ws_.emplace(shape_, options_.max_batch_tokens, options_.max_capture_points);
-  const cpu::Rope rope(config_.rope, shape_.head_dim);  // the CPU backend's frequencies, bit for bit
+  // The CPU backend's frequencies and YaRN factor, bit for bit (MLA: over the rope dims).
+  const cpu::Rope rope(config_.rope, shape_.head_dim);
+  rope_attention_factor_ = rope.attention_factor();
   LT_CUDA_CHECK(cudaMemcpy(ws_->inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * sizeof(float),
                            cudaMemcpyHostToDevice));
+  if (ws_->logit_offset != nullptr)
+    LT_CUDA_CHECK(cudaMemset(ws_->logit_offset, 0, std::size_t(shape_.experts) * sizeof(float)));
+  moe_rows_.assign(std::size_t(shape_.layers), 0);
+  if (options_.profile_layers)
+    for (std::int64_t i = 0; i <= shape_.layers; ++i) layer_events_.emplace_back(true);
   gemm_ = std::make_unique<Gemm>(ws_->gemm, Gemm::kWorkspaceBytes);
   stager_ = std::make_unique<CaptureStager>(options_.max_capture_points, options_.max_batch_tokens, shape_.hidden,
                                             ws_->snapshots, ws_->host_states);
@@ -97,11 +127,34 @@ CudaBackend::~CudaBackend() {
 }
 
 std::string CudaBackend::description() const {
-  return cat("cuda on ", describe_device(device_), ": bf16, cuBLASLt, ", attention_kernel_name(attention_),
-             " attention, tensor-parallel rank ", comm_.rank(), " of ", comm_.size(), ", weights ",
-             gib(memory_.weight_bytes), " + workspace ", gib(memory_.workspace_bytes), " (max_batch_tokens ",
-             options_.max_batch_tokens, ", ", options_.max_capture_points, " capture points), pinned host ",
-             gib(memory_.pinned_bytes));
+  const std::string parts = cat(shape_.mla ? "MLA" : "GQA", shape_.any_moe() ? " + MoE" : "",
+                                shape_.any_moe() ? cat(" (experts ", shape_.first_expert, "..",
+                                                       shape_.first_expert + shape_.local_experts - 1, " of ",
+                                                       shape_.experts, shape_.moe_whole ? "" : ", intermediate slices",
+                                                       ")")
+                                                 : std::string());
+  const std::string packed =
+      memory_.packed_bytes > 0 ? cat(" (", gib(memory_.packed_bytes), " packed) + dequantization scratch ",
+                                     gib(memory_.scratch_bytes))
+                               : std::string();
+  return cat("cuda on ", describe_device(device_), ": ", parts, ", bf16, cuBLASLt, ",
+             attention_kernel_name(attention_), " attention, tensor-parallel rank ", comm_.rank(), " of ",
+             comm_.size(), ", weights ", gib(memory_.weight_bytes), packed, " + workspace ",
+             gib(memory_.workspace_bytes), " (max_batch_tokens ", options_.max_batch_tokens, ", ",
+             options_.max_capture_points, " capture points), pinned host ", gib(memory_.pinned_bytes));
+}
+
+void CudaBackend::set_routing_skew(const std::vector<float>& logit_offset) {
+  LT_CHECK(shape_.any_moe(), "cuda backend: routing skew on a model without MoE layers");
+  LT_CHECK(logit_offset.empty() || std::int64_t(logit_offset.size()) == shape_.experts, "cuda backend: routing skew "
+           "of ", logit_offset.size(), " values for ", shape_.experts, " experts");
+  select_device(device_);
+  LT_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  routing_skew_ = !logit_offset.empty();
+  if (routing_skew_)
+    LT_CUDA_CHECK(cudaMemcpy(ws_->logit_offset, logit_offset.data(), logit_offset.size() * sizeof(float),
+                             cudaMemcpyHostToDevice));
+  LT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void CudaBackend::attention_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos,
@@ -110,13 +163,99 @@ void CudaBackend::attention_block(const DeviceLayer& l, std::int64_t T, const st
   const Workspace& w = *ws_;
   const std::int64_t H = shape_.hidden, hd = shape_.head_dim, hq = shape_.heads, hkv = shape_.kv_heads;
   gemm_->linear(w.qkv, w.h, l.qkv.w, l.qkv.b, T, l.qkv.out, l.qkv.in, s);  // (T, (hq + 2 hkv) * hd)
-  kernels::qk_norm_rope(w.qkv, pos, w.inv_freq, l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd, s);
+  kernels::qk_norm_rope(w.qkv, pos, w.inv_freq, l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd, s,
+                        rope_attention_factor_);
   if (attention_ == AttentionKernel::Flash) {
     kernels::attention_flash(w.ctx, w.qkv, pos, tiles, num_tiles, T, hq, hkv, hd, window, s);  // (T, hq * hd)
   } else {
     kernels::attention_reference(w.ctx, w.qkv, pos, T, hq, hkv, hd, window, s);  // (T, hq * hd)
   }
   gemm_->linear(w.delta, w.ctx, l.o.w, l.o.b, T, H, l.o.in, s);  // (T, H) partial sum over this rank's heads
+  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
+}
+
+void CudaBackend::mla_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
+                            std::int64_t num_tiles) {
+  const cudaStream_t s = compute_.get();
+  const Workspace& w = *ws_;
+  const DeviceMla& a = l.mla;
+  const std::int64_t H = shape_.hidden, nh = shape_.heads, qk = shape_.mla_qk(), nope = shape_.nope,
+                     rd = shape_.rope_dim, vd = shape_.v_dim, ql = shape_.q_lora, kvl = shape_.kv_lora;
+  const float latent_eps = float(MlaConfig::kLatentNormEps);
+  if (ql > 0) {
+    gemm_->linear(w.mla_qa, w.h, a.q_a.w, a.q_a.b, T, ql, H, s);                               // (T, q_lora)
+    kernels::rmsnorm_rows(w.mla_qa, ql, w.mla_qa, ql, a.q_a_norm, latent_eps, T, ql, s);
+    gemm_->linear(w.mla_q, w.mla_qa, a.q_b.w, nullptr, T, nh * qk, ql, s);                     // (T, nh * qk)
+  } else {
+    gemm_->linear(w.mla_q, w.h, a.q.w, nullptr, T, nh * qk, H, s);                             // (T, nh * qk)
+  }
+  gemm_->linear(w.mla_ckv, w.h, a.kv_a.w, a.kv_a.b, T, kvl + rd, H, s);                        // (T, kvl + rd)
+  kernels::rmsnorm_rows(w.mla_latent, kvl, w.mla_ckv, kvl + rd, a.kv_a_norm, latent_eps, T, kvl, s);  // (T, kvl)
+  // RoPE on the rope dims only: each head's last rd query values, and the one shared rope key.
+  kernels::rope_strided(w.mla_q, nh * qk, qk, nope, nh, rd, shape_.rope_interleave, pos, w.inv_freq,
+                        rope_attention_factor_, T, s);
+  kernels::rope_strided(w.mla_ckv, kvl + rd, 0, kvl, 1, rd, shape_.rope_interleave, pos, w.inv_freq,
+                        rope_attention_factor_, T, s);
+  gemm_->linear(w.mla_kv, w.mla_latent, a.kv_b.w, nullptr, T, nh * (nope + vd), kvl, s);     // (T, nh * (nope + v))
+  kernels::mla_assemble_kv(w.mla_k, w.mla_v, w.mla_kv, w.mla_ckv + kvl, kvl + rd, T, nh, nope, rd, vd, s);
+  const kernels::AttentionLayout layout{w.mla_q, nh * qk, w.mla_k, nh * qk, w.mla_v, nh * vd,
+                                        nh,      nh,      qk,      vd,      shape_.softmax_scale};
+  if (attention_ == AttentionKernel::Flash) {
+    kernels::attention_flash(w.ctx, layout, pos, tiles, num_tiles, T, 0, s);  // (T, nh * v)
+  } else {
+    kernels::attention_reference(w.ctx, layout, pos, T, 0, s);  // (T, nh * v)
+  }
+  gemm_->linear(w.delta, w.ctx, a.o.w, a.o.b, T, H, nh * vd, s);  // (T, H) partial sum over this rank's heads
+  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
+}
+
+void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64_t T) {
+  const cudaStream_t s = compute_.get();
+  const Workspace& w = *ws_;
+  const DeviceMoe& m = l.experts;
+  const std::int64_t H = shape_.hidden, E = shape_.experts, k = shape_.top_k, n = shape_.local_experts,
+                     Ie = shape_.expert_inter, Is = shape_.shared_inter;
+  // Router logits (T, E) in float32: bf16 h times the bf16 router (plus its low part), float32 sums.
+  gemm_->linear_f32(w.logits, w.h, m.router, T, E, H, false, s);
+  if (m.router_lo != nullptr) gemm_->linear_f32(w.logits, w.h, m.router_lo, T, E, H, true, s);
+  kernels::moe_route(shape_.route, w.logits, w.choice, m.score_bias, routing_skew_ ? w.logit_offset : nullptr,
+                     w.route_experts, w.route_weights, T, s);
+  // This rank's (token, choice) pairs grouped by expert; x_perm (rows, H) their inputs.
+  kernels::moe_permute(w.route_experts, T, k, shape_.first_expert, n, w.counts, w.offsets, w.slot, w.perm_token, s);
+  kernels::moe_gather(w.x_perm, w.h, w.perm_token, w.offsets + n, shape_.max_routed_rows(T), H, s);
+  LT_CUDA_CHECK(cudaMemcpyAsync(w.host_counts, w.counts, std::size_t(n) * sizeof(std::int32_t),
+                                cudaMemcpyDeviceToHost, s));
+  LT_CUDA_CHECK(cudaEventRecord(counts_ready_.get(), s));
+  // The shared experts need no counts: queued first, they run while the host waits for them.
+  if (Is > 0) {
+    gemm_->linear(w.gate_up, w.h, m.shared_gate_up.w, nullptr, T, 2 * Is, H, s);  // (T, 2 Is)
+    kernels::swiglu(w.act, w.gate_up, T, Is, s);                                  // (T, Is)
+    gemm_->linear(w.shared_out, w.act, m.shared_down.w, nullptr, T, H, Is, s);    // (T, H)
+  }
+  // The per-expert products need their row counts on the host (cuBLASLt shapes).
+  wait_for_event(counts_ready_.get(), comm_, options_.timeout_s, "MoE routing");
+  std::int64_t rows = 0;
+  for (std::int64_t e = 0; e < n; ++e) {
+    const std::int64_t c = w.host_counts[e];
+    if (c > 0)
+      gemm_->linear(w.gu_perm + rows * 2 * Ie, w.x_perm + rows * H, m.gate_up[std::size_t(e)].w, nullptr, c, 2 * Ie,
+                    H, s);  // (c, 2 Ie)
+    rows += c;
+  }
+  LT_CHECK(rows <= shape_.max_routed_rows(T), "cuda backend: ", rows, " routed rows exceed the buffers' ",
+           shape_.max_routed_rows(T));
+  moe_rows_[std::size_t(layer)] = rows;
+  kernels::swiglu(w.act_perm, w.gu_perm, rows, Ie, s);  // (rows, Ie)
+  rows = 0;
+  for (std::int64_t e = 0; e < n; ++e) {
+    const std::int64_t c = w.host_counts[e];
+    if (c > 0)
+      gemm_->linear(w.y_perm + rows * H, w.act_perm + rows * Ie, m.down[std::size_t(e)].w, nullptr, c, H, Ie,
+                    s);  // (c, H)
+    rows += c;
+  }
+  // delta (T, H) = sum over the pairs on this rank of weight * expert output, + the shared slice.
+  kernels::moe_combine(w.delta, w.y_perm, w.slot, w.route_weights, Is > 0 ? w.shared_out : nullptr, T, k, H, s);
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
 
@@ -136,15 +275,25 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
   const Workspace& w = *ws_;
   const std::int64_t H = shape_.hidden, L = shape_.layers;
   const float eps = float(config_.rms_norm_eps);
+  const bool timed = !layer_events_.empty();
   for (std::int64_t i = 0; i < L; ++i) {
     const DeviceLayer& l = weights_->layers[std::size_t(i)];
-    // x (T, H) += the previous layer's MLP output: x is now the input of layer i; h = norm(x).
+    if (timed) LT_CUDA_CHECK(cudaEventRecord(layer_events_[std::size_t(i)].get(), s));
+    weights_->dequantize(i, s);  // layer i's packed Linears into the bf16 scratch (none: nothing)
+    // x (T, H) += the previous layer's FFN output: x is now the input of layer i; h = norm(x).
     kernels::fused_residual_rmsnorm(w.h, w.x, i == 0 ? nullptr : w.delta, l.input_norm, eps, T, H, s);
     stager_->capture(i, w.x, /*overwritten_later=*/true, s);
-    attention_block(l, T, pos, tiles, num_tiles, config_.sliding_window[std::size_t(i)]);
+    if (shape_.mla)
+      mla_block(l, T, pos, tiles, num_tiles);
+    else
+      attention_block(l, T, pos, tiles, num_tiles, config_.sliding_window[std::size_t(i)]);
     kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, l.post_attn_norm, eps, T, H, s);
-    mlp_block(l, T);
+    if (l.moe)
+      moe_block(l, i, T);
+    else
+      mlp_block(l, T);
   }
+  if (timed) LT_CUDA_CHECK(cudaEventRecord(layer_events_[std::size_t(L)].get(), s));
   // x = output of the last layer (point L), h = after the final norm (point L + 1); neither is
   // written again in this batch, so both are copied to the host without a snapshot.
   kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, weights_->final_norm, eps, T, H, s);
@@ -201,6 +350,12 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   std::vector<std::vector<std::byte>> states;
   if (capturing) states = stager_->collect(dtype, comm_, options_.timeout_s, options_.host_copy_threads);
   wait_for_event(done_.get(), comm_, options_.timeout_s, "forward pass");
+  if (!layer_events_.empty()) {
+    layer_ms_.assign(std::size_t(L), 0.0f);
+    for (std::int64_t i = 0; i < L; ++i)
+      LT_CUDA_CHECK(cudaEventElapsedTime(&layer_ms_[std::size_t(i)], layer_events_[std::size_t(i)].get(),
+                                         layer_events_[std::size_t(i + 1)].get()));
+  }
   const std::int32_t bad = *w.host_bad_token;
   LT_CHECK(bad >= T, "token id ", batch.tokens[std::size_t(std::max(bad, 0))], " at batch position ", bad,
            " is outside the vocabulary of ", shape_.vocab);

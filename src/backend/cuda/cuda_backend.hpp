@@ -1,7 +1,8 @@
-// The bf16 CUDA backend: one GPU per rank, this tensor-parallel rank's weights resident in bf16,
-// cuBLASLt for the products, the kernels of kernels/ for the rest, tensor-parallel all-reduces
-// through a DeviceAllReduce (NCCL), captured states copied to pinned host memory on a second
-// stream while the following layers run. See docs/GPU.md.
+// The bf16 CUDA backend: one GPU per rank, this tensor-parallel rank's weights resident in bf16
+// (quantized ones packed as the checkpoint stores them, expanded per layer into a bf16 scratch),
+// cuBLASLt for the products, the kernels of kernels/ for the rest (GQA or MLA attention, dense or
+// MoE FFN), tensor-parallel all-reduces through a DeviceAllReduce (NCCL), captured states copied
+// to pinned host memory on a second stream while the following layers run. See docs/GPU.md.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -30,9 +31,16 @@ class CudaBackend final : public Backend {
   // from this rank's float32 host slices: load_weights(ckpt, config, TpShard{comm.rank(), comm.size()}).
   // The host weights may be dropped afterwards. Throws layertap::Error, before allocating, when
   // weights + workspace do not fit in the device's free memory (see check_fits).
+  // Every Linear is held in bf16 (a quantized checkpoint's decoded values, rounded to bf16).
   CudaBackend(const ModelConfig& config, const ModelWeights& weights, DeviceAllReduce& comm,
               CudaBackendOptions options = {});
-  // Seeded random bf16 weights made on the current device (benchmark, tests).
+  // Quantized Linears (FP8 blocks, INT4 groups) stay packed: read from `ckpt` as stored, expanded
+  // per layer into the bf16 scratch; the same bf16 values as the constructor above. `weights`
+  // provides everything else (its decoded copies of the packed Linears are not used).
+  CudaBackend(const ModelConfig& config, const ModelWeights& weights, const Checkpoint& ckpt, DeviceAllReduce& comm,
+              CudaBackendOptions options = {});
+  // Seeded random weights made on the current device (benchmark, tests); a quantized config's
+  // Linears are made packed (see PackedSource::Config).
   static std::unique_ptr<CudaBackend> synthetic(const ModelConfig& config, DeviceAllReduce& comm,
                                                 CudaBackendOptions options, std::uint64_t seed);
   ~CudaBackend() override;
@@ -50,17 +58,33 @@ class CudaBackend final : public Backend {
   const LocalShape& shape() const { return shape_; }
   const DeviceWeights& weights() const { return *weights_; }
   AttentionKernel attention() const { return attention_; }  // Reference or Flash, never Auto
+  const MemoryPlan& memory() const { return memory_; }
+
+  // Benchmark hook: adds offset[e] to every router logit of expert e before routing (a skewed
+  // expert load on synthetic weights); an empty vector removes it. Never set for a checkpoint.
+  void set_routing_skew(const std::vector<float>& logit_offset);
+  // With options.profile_layers: milliseconds of each decoder layer in the last forward (packed
+  // weights' expansion included), else empty.
+  const std::vector<float>& layer_ms() const { return layer_ms_; }
+  // Rows (token, expert pairs) each MoE layer ran on this rank's experts in the last forward; 0
+  // for dense layers.
+  const std::vector<std::int64_t>& moe_rows() const { return moe_rows_; }
 
  private:
   CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaBackendOptions options, const ModelWeights* host,
-              std::uint64_t seed);
+              const Checkpoint* ckpt, std::uint64_t seed);
   // The decoder layers and the final norm over the batch in ws_->x (T, H).
   void run_layers(std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles, std::int64_t num_tiles);
   // delta (T, H) = all-reduce(o_proj(attention(qkv_proj(h))))
   void attention_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
                        std::int64_t num_tiles, std::int64_t window);
+  // delta (T, H) = all-reduce(o_proj(attention(MLA projections of h)))
+  void mla_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
+                 std::int64_t num_tiles);
   // delta (T, H) = all-reduce(down_proj(swiglu(gate_up_proj(h))))
   void mlp_block(const DeviceLayer& l, std::int64_t T);
+  // delta (T, H) = all-reduce(this rank's routed experts, weighted, + its shared-expert slice)
+  void moe_block(const DeviceLayer& l, std::int64_t layer, std::int64_t T);
 
   ModelConfig config_;
   DeviceAllReduce& comm_;
@@ -75,6 +99,12 @@ class CudaBackend final : public Backend {
   std::optional<Workspace> ws_;
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<CaptureStager> stager_;
+  float rope_attention_factor_ = 1.0f;
+  bool routing_skew_ = false;
+  Event counts_ready_;
+  std::vector<Event> layer_events_;  // (L + 1) timing events with options.profile_layers
+  std::vector<float> layer_ms_;
+  std::vector<std::int64_t> moe_rows_;
 };
 
 }  // namespace layertap::cuda

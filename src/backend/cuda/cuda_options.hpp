@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/weights.hpp"
+
 namespace layertap::cuda {
 
 enum class AttentionKernel {
@@ -21,6 +23,8 @@ struct CudaBackendOptions {
   AttentionKernel attention = AttentionKernel::Auto;
   double timeout_s = 1800;               // bound on any wait for the GPU or tensor-parallel peers
   int host_copy_threads = 4;             // threads that copy captured states into the result
+  MoeSplit moe_split = MoeSplit::Experts;  // how the routed experts are laid out over the TP group
+  bool profile_layers = false;           // time each decoder layer (CudaBackend::layer_ms) with events
 };
 
 }  // namespace layertap::cuda

@@ -1,48 +1,215 @@
 #include "backend/cuda/device_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/dequant.cuh"
 #include "kernels/random_fill.cuh"
+#include "model/packed_weights.hpp"
 
 namespace layertap::cuda {
 
-void DeviceWeights::place(Arena& arena, const LocalShape& s) {
-  using bf16 = __nv_bfloat16;
-  const std::int64_t H = s.hidden, hd = s.head_dim, I = s.inter;
-  embed = arena.take<bf16>(s.vocab * H);
-  final_norm = arena.take<bf16>(H);
-  layers.assign(std::size_t(s.layers), DeviceLayer{});
-  for (DeviceLayer& l : layers) {
-    l.input_norm = arena.take<bf16>(H);
-    l.post_attn_norm = arena.take<bf16>(H);
-    if (s.qk_norm) {
-      l.q_norm = arena.take<bf16>(hd);
-      l.k_norm = arena.take<bf16>(hd);
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// One checkpoint module's window, as ShardLoader (src/model/weights.cpp) cuts it for this rank.
+struct Part {
+  std::string module;
+  std::int64_t out_full = 0, in_full = 0;
+  quant::Window win;
+};
+
+Part rows_of(std::string module, std::int64_t out_full, std::int64_t in, std::int64_t row0, std::int64_t rows) {
+  return {std::move(module), out_full, in, {row0, rows, 0, in}};
+}
+Part cols_of(std::string module, std::int64_t out, std::int64_t in_full, std::int64_t col0, std::int64_t cols) {
+  return {std::move(module), out, in_full, {0, out, col0, cols}};
+}
+Part whole(std::string module, std::int64_t out, std::int64_t in) { return rows_of(std::move(module), out, in, 0, out); }
+
+// Places Linears (resident bf16, or packed bytes resident + bf16 expansion in the layer scratch).
+class Placer {
+ public:
+  Placer(Arena& resident, Arena& scratch, const LocalShape& s, std::vector<PackedPiece>& pieces)
+      : res_(resident), scr_(scratch), s_(s), pieces_(pieces) {}
+
+  // A Linear whose rows are `parts` stacked (q/k/v, gate/up), all stored alike.
+  DeviceLinear linear(const std::vector<Part>& parts, bool bias) {
+    DeviceLinear l;
+    l.in = parts.front().win.cols;
+    for (const Part& p : parts) l.out += p.win.rows;
+    const LinearStorage st = s_.storage(parts.front().module);
+    for (const Part& p : parts)
+      LT_CHECK(s_.storage(p.module).kind == st.kind, "cuda backend: ", p.module, " is stored differently from ",
+               parts.front().module, ", which the device fuses it with");
+    if (st.kind == LinearStorage::Kind::Bf16) {
+      l.w = res_.take<bf16>(l.out * l.in);
+    } else {
+      l.packed = true;
+      l.w = scr_.take<bf16>(l.out * l.in);
+      std::int64_t row = 0;
+      for (const Part& p : parts) {
+        PackedPiece pc;
+        pc.storage = st;
+        pc.rows = p.win.rows;
+        pc.cols = p.win.cols;
+        pc.module = p.module;
+        pc.out_full = p.out_full;
+        pc.in_full = p.in_full;
+        pc.win = p.win;
+        pc.block_rows = s_.block_rows;
+        pc.block_cols = s_.block_cols;
+        pc.group = s_.group;
+        if (st.kind == LinearStorage::Kind::Fp8Block) {
+          pc.row_phase = p.win.row0 % s_.block_rows;
+          pc.col_phase = p.win.col0 % s_.block_cols;
+          pc.data_bytes = pc.rows * pc.cols;
+          pc.scale_bytes = 4 * ceil_div(pc.row_phase + pc.rows, s_.block_rows) *
+                           ceil_div(pc.col_phase + pc.cols, s_.block_cols);
+        } else {
+          const std::int64_t scale_size = st.scale == kernels::ScaleType::F32 ? 4 : 2;
+          pc.data_bytes = pc.rows * ceil_div(pc.cols, 8) * 4;
+          pc.scale_bytes = pc.rows * ceil_div(pc.cols, s_.group) * scale_size;
+        }
+        pc.data = res_.take<std::byte>(pc.data_bytes);
+        pc.scales = res_.take<std::byte>(pc.scale_bytes);
+        pc.dst = l.w != nullptr ? l.w + row * l.in : nullptr;
+        row += pc.rows;
+        pieces_.push_back(std::move(pc));
+      }
     }
-    l.qkv = {arena.take<bf16>(s.qkv_dim() * H), s.qkv_bias ? arena.take<bf16>(s.qkv_dim()) : nullptr, s.qkv_dim(), H};
-    l.o = {arena.take<bf16>(H * s.q_dim()), s.o_bias ? arena.take<bf16>(H) : nullptr, H, s.q_dim()};
-    l.gate_up = {arena.take<bf16>(2 * I * H), s.mlp_bias ? arena.take<bf16>(2 * I) : nullptr, 2 * I, H};
-    l.down = {arena.take<bf16>(H * I), s.down_bias ? arena.take<bf16>(H) : nullptr, H, I};
+    if (bias) l.b = res_.take<bf16>(l.out);
+    return l;
   }
+
+ private:
+  Arena& res_;
+  Arena& scr_;
+  const LocalShape& s_;
+  std::vector<PackedPiece>& pieces_;
+};
+
+}  // namespace
+
+void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scratch_capacity, const LocalShape& s) {
+  const std::int64_t H = s.hidden, hd = s.head_dim, I = s.inter, r = s.tp_rank, tp = s.tp_size;
+  embed = res.take<bf16>(s.vocab * H);
+  final_norm = res.take<bf16>(H);
+  layers.assign(std::size_t(s.layers), DeviceLayer{});
+  sizes_.scratch = 0;
+  sizes_.scratch_layer = -1;
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    DeviceLayer& l = layers[std::size_t(i)];
+    Arena scr = scratch_base != nullptr ? Arena(scratch_base, scratch_capacity) : Arena();
+    Placer put(res, scr, s, l.packed);
+    const auto m = [&](const std::string& suffix) { return s.module(i, suffix); };
+    l.input_norm = res.take<bf16>(H);
+    l.post_attn_norm = res.take<bf16>(H);
+    if (!s.mla) {
+      if (s.qk_norm) {
+        l.q_norm = res.take<bf16>(hd);
+        l.k_norm = res.take<bf16>(hd);
+      }
+      // First kv head of this rank; with replication, ranks r*rep..(r+1)*rep-1 share kv head r.
+      const std::int64_t kv0 = s.total_kv_heads >= tp ? r * s.kv_heads : r / (tp / s.total_kv_heads);
+      const std::int64_t q_full = s.heads * tp * hd, kv_full = s.total_kv_heads * hd;
+      l.qkv = put.linear({rows_of(m("self_attn.q_proj"), q_full, H, r * s.q_dim(), s.q_dim()),
+                          rows_of(m("self_attn.k_proj"), kv_full, H, kv0 * hd, s.kv_heads * hd),
+                          rows_of(m("self_attn.v_proj"), kv_full, H, kv0 * hd, s.kv_heads * hd)},
+                         s.qkv_bias);
+      l.o = put.linear({cols_of(m("self_attn.o_proj"), H, q_full, r * s.q_dim(), s.q_dim())}, s.o_bias);
+    } else {
+      DeviceMla& a = l.mla;
+      const std::int64_t qk = s.mla_qk(), kvd = s.nope + s.v_dim, nh = s.heads, nh_full = s.heads * tp;
+      if (s.q_lora > 0) {
+        a.q_a = put.linear({whole(m("self_attn.q_a_proj"), s.q_lora, H)}, s.mla_bias);
+        a.q_a_norm = res.take<bf16>(s.q_lora);
+        a.q_b = put.linear({rows_of(m("self_attn.q_b_proj"), nh_full * qk, s.q_lora, r * nh * qk, nh * qk)}, false);
+      } else {
+        a.q = put.linear({rows_of(m("self_attn.q_proj"), nh_full * qk, H, r * nh * qk, nh * qk)}, false);
+      }
+      a.kv_a = put.linear({whole(m("self_attn.kv_a_proj_with_mqa"), s.kv_lora + s.rope_dim, H)}, s.mla_bias);
+      a.kv_a_norm = res.take<bf16>(s.kv_lora);
+      a.kv_b = put.linear({rows_of(m("self_attn.kv_b_proj"), nh_full * kvd, s.kv_lora, r * nh * kvd, nh * kvd)}, false);
+      a.o = put.linear({cols_of(m("self_attn.o_proj"), H, nh_full * s.v_dim, r * nh * s.v_dim, nh * s.v_dim)},
+                       s.o_bias);
+    }
+    // A SwiGLU MLP of this rank's intermediate size `local` out of `full`, starting at `i0`.
+    const auto mlp = [&](const std::string& base, std::int64_t full, std::int64_t i0, std::int64_t local, bool bias,
+                         bool down_bias, DeviceLinear& gate_up, DeviceLinear& down) {
+      gate_up = put.linear({rows_of(m(base + "gate_proj"), full, H, i0, local),
+                            rows_of(m(base + "up_proj"), full, H, i0, local)},
+                           bias);
+      down = put.linear({cols_of(m(base + "down_proj"), H, full, i0, local)}, down_bias);
+    };
+    l.moe = s.moe_layer[std::size_t(i)];
+    if (!l.moe) {
+      mlp("mlp.", I * tp, r * I, I, s.mlp_bias, s.down_bias, l.gate_up, l.down);
+    } else {
+      DeviceMoe& e = l.experts;
+      e.router = res.take<bf16>(s.experts * H);
+      if (s.router_lo) e.router_lo = res.take<bf16>(s.experts * H);
+      if (s.score_bias) e.score_bias = res.take<float>(s.experts);
+      e.gate_up.resize(std::size_t(s.local_experts));
+      e.down.resize(std::size_t(s.local_experts));
+      const std::int64_t Ie = s.expert_inter, Ie_full = s.moe_whole ? Ie : Ie * tp, ie0 = s.moe_whole ? 0 : r * Ie;
+      for (std::int64_t x = 0; x < s.local_experts; ++x)
+        mlp(cat("mlp.experts.", s.first_expert + x, "."), Ie_full, ie0, Ie, false, false, e.gate_up[std::size_t(x)],
+            e.down[std::size_t(x)]);
+      if (s.shared_inter > 0)
+        mlp("mlp.shared_experts.", s.shared_inter * tp, r * s.shared_inter, s.shared_inter, false, false,
+            e.shared_gate_up, e.shared_down);
+    }
+    if (scr.used() > sizes_.scratch) {
+      sizes_.scratch = scr.used();
+      sizes_.scratch_layer = i;
+    }
+  }
+  sizes_.resident = res.used();
+  sizes_.packed = 0;
+  for (const DeviceLayer& l : layers)
+    for (const PackedPiece& p : l.packed)
+      sizes_.packed += std::size_t(p.data_bytes) + std::size_t(p.scale_bytes);
 }
 
-std::size_t DeviceWeights::bytes(const LocalShape& shape) {
+DeviceWeights::Sizes DeviceWeights::sizes(const LocalShape& shape) {
   Arena counter;
   DeviceWeights w;
-  w.place(counter, shape);
-  return counter.used();
+  w.place(counter, nullptr, 0, shape);
+  return w.sizes_;
 }
 
+std::size_t DeviceWeights::bytes(const LocalShape& shape) { return sizes(shape).resident; }
+
 DeviceWeights DeviceWeights::allocate(const LocalShape& shape) {
+  const Sizes need = sizes(shape);
   DeviceWeights w;
-  w.memory_ = DeviceMemory(bytes(shape));
+  w.memory_ = DeviceMemory(need.resident);
+  w.scratch_ = DeviceMemory(need.scratch);
   Arena arena(w.memory_.data(), w.memory_.bytes());
-  w.place(arena, shape);
+  w.place(arena, w.scratch_.data(), w.scratch_.bytes(), shape);
   return w;
+}
+
+void DeviceWeights::dequantize(std::int64_t layer, cudaStream_t stream) const {
+  for (const PackedPiece& p : layers[std::size_t(layer)].packed) {
+    if (p.storage.kind == LinearStorage::Kind::Fp8Block) {
+      kernels::dequantize_fp8_block(p.dst, reinterpret_cast<const std::uint8_t*>(p.data),
+                                    reinterpret_cast<const float*>(p.scales), p.rows, p.cols, p.block_rows,
+                                    p.block_cols, p.row_phase, p.col_phase, stream);
+    } else {
+      kernels::dequantize_int4_group(p.dst, reinterpret_cast<const std::uint32_t*>(p.data), p.scales, p.storage.scale,
+                                     p.rows, p.cols, p.group, stream);
+    }
+  }
 }
 
 namespace {
@@ -57,7 +224,7 @@ class Upload {
     for (const float f : v) bits_.push_back(float_to_bf16(f));
     return *this;
   }
-  void to(__nv_bfloat16* dst) const {
+  void to(void* dst) const {
     if (bits_.empty()) return;
     LT_CUDA_CHECK(cudaMemcpy(dst, bits_.data(), bits_.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice));
   }
@@ -71,59 +238,125 @@ void check_bias(const Linear& l, bool expected, const std::string& name) {
            " this rank's shape implies");
 }
 
+// A device Linear from host Linears stacked by rows (`names` name them in errors). Packed device
+// Linears take only their bias from the host (their weights come from the checkpoint).
+void upload_linear(const DeviceLinear& d, const std::vector<const Linear*>& parts,
+                   const std::vector<std::string>& names, bool bias) {
+  std::int64_t rows = 0;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    LT_CHECK(parts[k]->in == d.in, "cuda backend: ", names[k], " has ", parts[k]->in, " inputs, this rank's shape ",
+             d.in);
+    rows += parts[k]->out;
+    check_bias(*parts[k], bias, names[k]);
+  }
+  LT_CHECK(rows == d.out, "cuda backend: ", names.front(), " holds ", rows, " rows, this rank's shape ", d.out);
+  if (!d.packed) {
+    Upload up;
+    for (std::size_t k = 0; k < parts.size(); ++k) up.add(parts[k]->w, parts[k]->out * d.in, names[k]);
+    up.to(d.w);
+  }
+  if (bias) {
+    Upload up;
+    for (std::size_t k = 0; k < parts.size(); ++k) up.add(parts[k]->b, parts[k]->out, names[k] + ".bias");
+    up.to(d.b);
+  }
+}
+
+void upload_mlp(const DeviceLinear& gate_up, const DeviceLinear& down, const MlpWeights& m, const std::string& base,
+                bool bias, bool down_bias) {
+  upload_linear(gate_up, {&m.gate, &m.up}, {base + "gate_proj", base + "up_proj"}, bias);
+  upload_linear(down, {&m.down}, {base + "down_proj"}, down_bias);
+}
+
 }  // namespace
 
-DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& host) {
+DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& host, const Checkpoint* ckpt,
+                                    const QuantConfig* quant) {
   LT_CHECK(std::int64_t(host.layers.size()) == s.layers, "cuda backend: host weights hold ", host.layers.size(),
            " layers, the config ", s.layers);
   DeviceWeights w = allocate(s);
-  const std::int64_t H = s.hidden, hd = s.head_dim, I = s.inter;
+  const std::int64_t H = s.hidden, hd = s.head_dim;
   Upload().add(host.embed, s.vocab * H, "embed_tokens").to(w.embed);
   Upload().add(host.final_norm, H, "norm").to(w.final_norm);
   for (std::size_t i = 0; i < host.layers.size(); ++i) {
     const LayerWeights& hl = host.layers[i];
     const DeviceLayer& dl = w.layers[i];
     const std::string p = cat("layers.", i, ".");
-    const AttentionWeights& a = std::get<AttentionWeights>(hl.attn);
-    const MlpWeights& mlp = std::get<MlpWeights>(hl.ffn);
-    LT_CHECK(a.heads == s.heads && a.kv_heads == s.kv_heads, "cuda backend: ", p, "self_attn holds ", a.heads,
-             " query and ", a.kv_heads, " kv heads, this rank's shape ", s.heads, " and ", s.kv_heads);
-    for (const Linear* l : {&a.q, &a.k, &a.v, &mlp.gate, &mlp.up})
-      LT_CHECK(l->in == H, "cuda backend: ", p, " column-parallel weight has ", l->in, " inputs, hidden size ", H);
-    LT_CHECK(a.o.out == H && mlp.down.out == H, "cuda backend: ", p, " o/down_proj must have ", H, " outputs");
     Upload().add(hl.input_norm, H, p + "input_layernorm").to(dl.input_norm);
     Upload().add(hl.post_attn_norm, H, p + "post_attention_layernorm").to(dl.post_attn_norm);
-    if (s.qk_norm) {
-      Upload().add(a.q_norm, hd, p + "self_attn.q_norm").to(dl.q_norm);
-      Upload().add(a.k_norm, hd, p + "self_attn.k_norm").to(dl.k_norm);
+    if (!s.mla) {
+      LT_CHECK(std::holds_alternative<AttentionWeights>(hl.attn), "cuda backend: ", p, "self_attn is not GQA");
+      const AttentionWeights& a = std::get<AttentionWeights>(hl.attn);
+      LT_CHECK(a.heads == s.heads && a.kv_heads == s.kv_heads, "cuda backend: ", p, "self_attn holds ", a.heads,
+               " query and ", a.kv_heads, " kv heads, this rank's shape ", s.heads, " and ", s.kv_heads);
+      if (s.qk_norm) {
+        Upload().add(a.q_norm, hd, p + "self_attn.q_norm").to(dl.q_norm);
+        Upload().add(a.k_norm, hd, p + "self_attn.k_norm").to(dl.k_norm);
+      }
+      upload_linear(dl.qkv, {&a.q, &a.k, &a.v},
+                    {p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, s.qkv_bias);
+      upload_linear(dl.o, {&a.o}, {p + "self_attn.o_proj"}, s.o_bias);
+    } else {
+      LT_CHECK(std::holds_alternative<MlaWeights>(hl.attn), "cuda backend: ", p, "self_attn is not MLA");
+      const MlaWeights& a = std::get<MlaWeights>(hl.attn);
+      LT_CHECK(a.heads == s.heads, "cuda backend: ", p, "self_attn holds ", a.heads, " heads, this rank's shape ",
+               s.heads);
+      const DeviceMla& d = dl.mla;
+      if (s.q_lora > 0) {
+        upload_linear(d.q_a, {&a.q_a}, {p + "self_attn.q_a_proj"}, s.mla_bias);
+        Upload().add(a.q_a_norm, s.q_lora, p + "self_attn.q_a_layernorm").to(d.q_a_norm);
+        upload_linear(d.q_b, {&a.q_b}, {p + "self_attn.q_b_proj"}, false);
+      } else {
+        upload_linear(d.q, {&a.q}, {p + "self_attn.q_proj"}, false);
+      }
+      upload_linear(d.kv_a, {&a.kv_a}, {p + "self_attn.kv_a_proj_with_mqa"}, s.mla_bias);
+      Upload().add(a.kv_a_norm, s.kv_lora, p + "self_attn.kv_a_layernorm").to(d.kv_a_norm);
+      upload_linear(d.kv_b, {&a.kv_b}, {p + "self_attn.kv_b_proj"}, false);
+      upload_linear(d.o, {&a.o}, {p + "self_attn.o_proj"}, s.o_bias);
     }
-    Upload()
-        .add(a.q.w, s.q_dim() * H, p + "self_attn.q_proj")
-        .add(a.k.w, s.kv_heads * hd * H, p + "self_attn.k_proj")
-        .add(a.v.w, s.kv_heads * hd * H, p + "self_attn.v_proj")
-        .to(dl.qkv.w);
-    check_bias(a.q, s.qkv_bias, p + "self_attn.q_proj");
-    if (s.qkv_bias) {
-      Upload()
-          .add(a.q.b, s.q_dim(), p + "self_attn.q_proj.bias")
-          .add(a.k.b, s.kv_heads * hd, p + "self_attn.k_proj.bias")
-          .add(a.v.b, s.kv_heads * hd, p + "self_attn.v_proj.bias")
-          .to(dl.qkv.b);
+    if (!dl.moe) {
+      LT_CHECK(std::holds_alternative<MlpWeights>(hl.ffn), "cuda backend: ", p, "mlp is not a dense MLP");
+      upload_mlp(dl.gate_up, dl.down, std::get<MlpWeights>(hl.ffn), p + "mlp.", s.mlp_bias, s.down_bias);
+    } else {
+      LT_CHECK(std::holds_alternative<MoeWeights>(hl.ffn), "cuda backend: ", p, "mlp is not a MoE block");
+      const MoeWeights& m = std::get<MoeWeights>(hl.ffn);
+      const DeviceMoe& d = dl.experts;
+      LT_CHECK(m.router.out == s.experts && m.router.in == H, "cuda backend: ", p, "mlp.gate holds [", m.router.out,
+               ", ", m.router.in, "], expected [", s.experts, ", ", H, "]");
+      LT_CHECK(std::int64_t(m.experts.size()) == s.local_experts && m.first_expert == s.first_expert,
+               "cuda backend: ", p, "mlp holds experts ", m.first_expert, "..+", m.experts.size(),
+               ", this rank's shape ", s.first_expert, "..+", s.local_experts);
+      LT_CHECK(m.has_shared == (s.shared_inter > 0), "cuda backend: ", p, "mlp.shared_experts ",
+               m.has_shared ? "present" : "missing", " against the config");
+      // The router as bf16(w), plus bf16(w - bf16(w)) where w is not a bf16 value (see DeviceMoe).
+      std::vector<std::uint16_t> hi(m.router.w.size()), lo(m.router.w.size());
+      for (std::size_t k = 0; k < hi.size(); ++k) {
+        hi[k] = float_to_bf16(m.router.w[k]);
+        lo[k] = float_to_bf16(m.router.w[k] - bf16_to_float(hi[k]));
+      }
+      LT_CUDA_CHECK(cudaMemcpy(d.router, hi.data(), hi.size() * 2, cudaMemcpyHostToDevice));
+      if (d.router_lo != nullptr) LT_CUDA_CHECK(cudaMemcpy(d.router_lo, lo.data(), lo.size() * 2, cudaMemcpyHostToDevice));
+      if (s.score_bias) {
+        LT_CHECK(std::int64_t(m.score_bias.size()) == s.experts, "cuda backend: ", p,
+                 "mlp.gate.e_score_correction_bias holds ", m.score_bias.size(), " values for ", s.experts, " experts");
+        LT_CUDA_CHECK(cudaMemcpy(d.score_bias, m.score_bias.data(), m.score_bias.size() * 4, cudaMemcpyHostToDevice));
+      }
+      for (std::int64_t x = 0; x < s.local_experts; ++x)
+        upload_mlp(d.gate_up[std::size_t(x)], d.down[std::size_t(x)], m.experts[std::size_t(x)],
+                   cat(p, "mlp.experts.", s.first_expert + x, "."), false, false);
+      if (s.shared_inter > 0) upload_mlp(d.shared_gate_up, d.shared_down, m.shared, p + "mlp.shared_experts.", false, false);
     }
-    Upload().add(a.o.w, H * s.q_dim(), p + "self_attn.o_proj").to(dl.o.w);
-    check_bias(a.o, s.o_bias, p + "self_attn.o_proj");
-    if (s.o_bias) Upload().add(a.o.b, H, p + "self_attn.o_proj.bias").to(dl.o.b);
-    Upload().add(mlp.gate.w, I * H, p + "mlp.gate_proj").add(mlp.up.w, I * H, p + "mlp.up_proj").to(dl.gate_up.w);
-    check_bias(mlp.gate, s.mlp_bias, p + "mlp.gate_proj");
-    if (s.mlp_bias) {
-      Upload()
-          .add(mlp.gate.b, I, p + "mlp.gate_proj.bias")
-          .add(mlp.up.b, I, p + "mlp.up_proj.bias")
-          .to(dl.gate_up.b);
+    // Packed Linears: the checkpoint's bytes of this rank's window.
+    for (const PackedPiece& pc : dl.packed) {
+      LT_CHECK(ckpt != nullptr && quant != nullptr, "cuda backend: ", pc.module, " is held packed but no checkpoint "
+               "was given to read it from");
+      const PackedLinear pl = read_packed_linear(*ckpt, *quant, pc.module, pc.out_full, pc.in_full, pc.win);
+      LT_CHECK(std::int64_t(pl.data.size()) == pc.data_bytes && std::int64_t(pl.scales.size()) == pc.scale_bytes,
+               "cuda backend: ", pc.module, " reads as ", pl.data.size(), " + ", pl.scales.size(),
+               " packed bytes, the device layout expects ", pc.data_bytes, " + ", pc.scale_bytes);
+      LT_CUDA_CHECK(cudaMemcpy(pc.data, pl.data.data(), pl.data.size(), cudaMemcpyHostToDevice));
+      LT_CUDA_CHECK(cudaMemcpy(pc.scales, pl.scales.data(), pl.scales.size(), cudaMemcpyHostToDevice));
     }
-    Upload().add(mlp.down.w, H * I, p + "mlp.down_proj").to(dl.down.w);
-    check_bias(mlp.down, s.down_bias, p + "mlp.down_proj");
-    if (s.down_bias) Upload().add(mlp.down.b, H, p + "mlp.down_proj.bias").to(dl.down.b);
   }
   return w;
 }
@@ -131,13 +364,20 @@ DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& hos
 DeviceWeights DeviceWeights::random(const LocalShape& s, std::uint64_t seed, cudaStream_t stream) {
   DeviceWeights w = allocate(s);
   std::uint64_t tensor = 0;  // each tensor draws from its own stream of the hash
-  const auto fill = [&](__nv_bfloat16* p, std::int64_t n, float offset, float scale) {
-    if (p != nullptr) kernels::fill_uniform_bf16(p, n, seed * 0x100000001b3ull + tensor, offset, scale, stream);
-    ++tensor;
+  const auto next_seed = [&] { return seed * 0x100000001b3ull + tensor++; };
+  const auto fill = [&](bf16* p, std::int64_t n, float offset, float scale) {
+    const std::uint64_t sd = next_seed();
+    if (p != nullptr) kernels::fill_uniform_bf16(p, n, sd, offset, scale, stream);
   };
+  // E[v^2] of an FP8 code drawn uniformly from the finite ones, and of an INT4 q uniform in [-8, 7].
+  double fp8_square = 0;
+  for (std::uint32_t c = 0; c < 256; ++c)
+    if ((c & 0x7fu) != 0x7fu) fp8_square += double(kernels::fp8_e4m3fn_value(c)) * kernels::fp8_e4m3fn_value(c);
+  fp8_square /= 254.0;
+  constexpr double kInt4Square = 21.5;
   // uniform(-a, a) has variance a^2 / 3: a = sqrt(3 / in) keeps a product's output variance.
   const auto linear = [&](const DeviceLinear& l) {
-    fill(l.w, l.out * l.in, 0.0f, std::sqrt(3.0f / static_cast<float>(l.in)));
+    if (!l.packed) fill(l.w, l.out * l.in, 0.0f, std::sqrt(3.0f / static_cast<float>(l.in)));
     fill(l.b, l.out, 0.0f, 0.1f);
   };
   const std::int64_t H = s.hidden, hd = s.head_dim;
@@ -146,12 +386,55 @@ DeviceWeights DeviceWeights::random(const LocalShape& s, std::uint64_t seed, cud
   for (const DeviceLayer& l : w.layers) {
     fill(l.input_norm, H, 1.0f, 0.1f);
     fill(l.post_attn_norm, H, 1.0f, 0.1f);
-    fill(l.q_norm, hd, 1.0f, 0.1f);
-    fill(l.k_norm, hd, 1.0f, 0.1f);
-    linear(l.qkv);
-    linear(l.o);
-    linear(l.gate_up);
-    linear(l.down);
+    if (!s.mla) {
+      fill(l.q_norm, hd, 1.0f, 0.1f);
+      fill(l.k_norm, hd, 1.0f, 0.1f);
+      linear(l.qkv);
+      linear(l.o);
+    } else {
+      for (const DeviceLinear* x : {&l.mla.q, &l.mla.q_a, &l.mla.q_b, &l.mla.kv_a, &l.mla.kv_b, &l.mla.o}) linear(*x);
+      fill(l.mla.q_a_norm, s.q_lora, 1.0f, 0.1f);
+      fill(l.mla.kv_a_norm, s.kv_lora, 1.0f, 0.1f);
+    }
+    if (!l.moe) {
+      linear(l.gate_up);
+      linear(l.down);
+    } else {
+      const DeviceMoe& e = l.experts;
+      fill(e.router, s.experts * H, 0.0f, std::sqrt(3.0f / static_cast<float>(H)));
+      if (e.router_lo != nullptr) LT_CUDA_CHECK(cudaMemsetAsync(e.router_lo, 0, std::size_t(s.experts * H) * 2, stream));
+      const std::uint64_t sd = next_seed();
+      if (e.score_bias != nullptr) kernels::fill_uniform_f32(e.score_bias, s.experts, sd, 0.0f, 0.01f, stream);
+      for (std::size_t x = 0; x < e.gate_up.size(); ++x) {
+        linear(e.gate_up[x]);
+        linear(e.down[x]);
+      }
+      linear(e.shared_gate_up);
+      linear(e.shared_down);
+    }
+    // Packed pieces: random codes with scales giving each element variance 1 / in of its Linear
+    // (the piece's columns), the scales themselves within +-10% of that.
+    for (const PackedPiece& pc : l.packed) {
+      const double in = double(pc.cols);
+      const std::uint64_t data_seed = next_seed(), scale_seed = next_seed();
+      if (pc.storage.kind == LinearStorage::Kind::Fp8Block) {
+        const float s0 = float(std::sqrt(1.0 / (fp8_square * in)));
+        kernels::fill_random_fp8(reinterpret_cast<std::uint8_t*>(pc.data), pc.data_bytes, data_seed, stream);
+        kernels::fill_uniform_f32(reinterpret_cast<float*>(pc.scales), pc.scale_bytes / 4, scale_seed, s0, 0.1f * s0,
+                                  stream);
+      } else {
+        const float s0 = float(std::sqrt(1.0 / (kInt4Square * in)));
+        kernels::fill_random_int4(reinterpret_cast<std::uint32_t*>(pc.data), pc.data_bytes / 4, data_seed, stream);
+        LT_CHECK(pc.storage.scale != kernels::ScaleType::F16, "cuda backend: random INT4 weights take bf16 or float32 "
+                 "scales");
+        if (pc.storage.scale == kernels::ScaleType::BF16)
+          kernels::fill_uniform_bf16(reinterpret_cast<bf16*>(pc.scales), pc.scale_bytes / 2, scale_seed, s0,
+                                     0.1f * s0, stream);
+        else
+          kernels::fill_uniform_f32(reinterpret_cast<float*>(pc.scales), pc.scale_bytes / 4, scale_seed, s0,
+                                    0.1f * s0, stream);
+      }
+    }
   }
   return w;
 }

@@ -1,48 +1,115 @@
-// A dense decoder's weights resident on one GPU in bf16: this tensor-parallel rank's slice, in
-// one allocation, with q/k/v fused into one matrix and gate/up into another (one GEMM each).
+// A decoder's weights resident on one GPU: this tensor-parallel rank's slice, in one allocation.
+// Plain Linears are bf16, with q/k/v fused into one matrix and gate/up into another (one GEMM
+// each). Quantized Linears stay packed as the checkpoint stores them (FP8 blocks + float32 scales,
+// INT4 words + group scales); before a layer runs, its packed Linears are expanded into one bf16
+// scratch (sized for the rank's largest layer) and the layer's GEMMs read them there.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/arena.hpp"
 #include "backend/cuda/cuda_resources.hpp"
 #include "backend/cuda/local_shape.hpp"
+#include "model/quant_config.hpp"
+#include "model/quant_formats.hpp"
+#include "model/safetensors.hpp"
 #include "model/weights.hpp"
 
 namespace layertap::cuda {
 
 struct DeviceLinear {
-  __nv_bfloat16* w = nullptr;  // (out, in), y = x @ w^T
+  __nv_bfloat16* w = nullptr;  // (out, in), y = x @ w^T: resident, or in the scratch (packed)
   __nv_bfloat16* b = nullptr;  // (out) or null
   std::int64_t out = 0, in = 0;
+  bool packed = false;  // w is in the scratch, filled from the layer's PackedPieces
+};
+
+// Rows of a DeviceLinear stored packed: one checkpoint module's window.
+struct PackedPiece {
+  LinearStorage storage;
+  std::byte* data = nullptr;    // device: FP8 codes (rows, cols) or INT4 words (rows, ceil(cols / 8))
+  std::byte* scales = nullptr;  // device: the window's scales (see PackedLinear)
+  std::int64_t data_bytes = 0, scale_bytes = 0;
+  std::int64_t rows = 0, cols = 0, row_phase = 0, col_phase = 0;
+  std::int64_t block_rows = 0, block_cols = 0, group = 0;  // Fp8Block; Int4Group
+  __nv_bfloat16* dst = nullptr;  // (rows, cols) inside the scratch
+  std::string module;            // where it comes from: module's [out_full, in_full] weight, window `win`
+  std::int64_t out_full = 0, in_full = 0;
+  quant::Window win;
+};
+
+struct DeviceMla {
+  DeviceLinear q;                       // q_proj (heads * qk, H), when q_lora == 0
+  DeviceLinear q_a;                     // (q_lora, H), replicated
+  __nv_bfloat16* q_a_norm = nullptr;    // (q_lora)
+  DeviceLinear q_b;                     // (heads * qk, q_lora)
+  DeviceLinear kv_a;                    // kv_a_proj_with_mqa (kv_lora + rope, H), replicated
+  __nv_bfloat16* kv_a_norm = nullptr;   // (kv_lora)
+  DeviceLinear kv_b;                    // (heads * (nope + v), kv_lora)
+  DeviceLinear o;                       // (H, heads * v), row-parallel
+};
+
+struct DeviceMoe {
+  __nv_bfloat16* router = nullptr;     // (E, H): bf16(w)
+  __nv_bfloat16* router_lo = nullptr;  // (E, H): bf16(w - bf16(w)), when the weights are not all bf16 values
+  float* score_bias = nullptr;         // (E) e_score_correction_bias, or null
+  std::vector<DeviceLinear> gate_up;   // [local experts] (2 Ie, H): gate rows, then up rows
+  std::vector<DeviceLinear> down;      // [local experts] (H, Ie)
+  DeviceLinear shared_gate_up;         // (2 Is, H), w null without shared experts
+  DeviceLinear shared_down;            // (H, Is)
 };
 
 struct DeviceLayer {
   __nv_bfloat16* input_norm = nullptr;      // (H)
   __nv_bfloat16* post_attn_norm = nullptr;  // (H)
-  __nv_bfloat16* q_norm = nullptr;          // (hd) Qwen3, else null
-  __nv_bfloat16* k_norm = nullptr;          // (hd) Qwen3, else null
-  DeviceLinear qkv;      // ((heads + 2 kv_heads) * hd, H): q rows, then k rows, then v rows
-  DeviceLinear o;        // (H, heads * hd)
+  // GQA
+  __nv_bfloat16* q_norm = nullptr;  // (hd) Qwen3, else null
+  __nv_bfloat16* k_norm = nullptr;  // (hd) Qwen3, else null
+  DeviceLinear qkv;                 // ((heads + 2 kv_heads) * hd, H): q rows, then k rows, then v rows
+  DeviceLinear o;                   // (H, heads * hd)
+  // MLA
+  DeviceMla mla;
+  // FFN: dense, or MoE
+  bool moe = false;
   DeviceLinear gate_up;  // (2 I, H): gate rows, then up rows (I = this rank's intermediate size)
   DeviceLinear down;     // (H, I)
+  DeviceMoe experts;
+  // Packed Linears of this layer, expanded into the scratch by DeviceWeights::dequantize.
+  std::vector<PackedPiece> packed;
 };
 
 class DeviceWeights {
  public:
-  // Device bytes the weights of `shape` take (alignment padding included).
+  struct Sizes {
+    std::size_t resident = 0;     // the one allocation: bf16 tensors, packed bytes, router, biases
+    std::size_t packed = 0;       // of which packed weights (codes, words and their scales)
+    std::size_t scratch = 0;      // bf16 expansion of the largest layer's packed Linears
+    std::int64_t scratch_layer = -1;  // that layer (-1: nothing packed)
+  };
+  static Sizes sizes(const LocalShape& shape);
+  // Device bytes of the resident weights of `shape` (alignment padding included).
   static std::size_t bytes(const LocalShape& shape);
+
   // This rank's float32 host slices (load_weights), converted to bf16 once and copied to the
-  // current device. Throws naming the tensor when a slice's shape does not match `shape`.
-  static DeviceWeights upload(const LocalShape& shape, const ModelWeights& host);
-  // Seeded random weights made on the current device (fill_uniform_bf16), enqueued on `stream`:
-  // linear weights uniform with variance 1/in, biases +-0.1, norm weights 1 +- 0.1, embedding
-  // +-1. Nothing of the size of the model touches the host.
+  // current device; the Linears `shape` holds packed are read from `ckpt` as stored instead
+  // (ckpt and quant may be null when nothing is packed). Throws naming the tensor when a slice's
+  // shape does not match `shape`.
+  static DeviceWeights upload(const LocalShape& shape, const ModelWeights& host, const Checkpoint* ckpt,
+                              const QuantConfig* quant);
+  // Seeded random weights made on the current device, enqueued on `stream`: linear weights with
+  // variance 1/in (packed ones: random codes or nibbles with scales that give that variance),
+  // biases +-0.1, norm weights 1 +- 0.1, embedding +-1, router bias +-0.01. Nothing of the size
+  // of the model touches the host.
   static DeviceWeights random(const LocalShape& shape, std::uint64_t seed, cudaStream_t stream);
+
+  // Expands layer i's packed Linears into the scratch (enqueued on `stream`); nothing when none.
+  void dequantize(std::int64_t layer, cudaStream_t stream) const;
+  const Sizes& sizes() const { return sizes_; }
 
   __nv_bfloat16* embed = nullptr;       // (V, H)
   __nv_bfloat16* final_norm = nullptr;  // (H)
@@ -50,11 +117,14 @@ class DeviceWeights {
 
  private:
   DeviceWeights() = default;
-  // Places every tensor of `shape` in `arena` (counting when the arena has no memory).
-  void place(Arena& arena, const LocalShape& shape);
+  // Places every tensor of `shape`: resident ones in `resident`, each layer's expanded packed
+  // Linears from the start of `scratch_base` (counting only when the arenas have no memory).
+  void place(Arena& resident, std::byte* scratch_base, std::size_t scratch_capacity, const LocalShape& shape);
   static DeviceWeights allocate(const LocalShape& shape);
 
+  Sizes sizes_;
   DeviceMemory memory_;
+  DeviceMemory scratch_;
 };
 
 }  // namespace layertap::cuda

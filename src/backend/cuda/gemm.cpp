@@ -28,7 +28,7 @@ struct Gemm::Plan {
     }
   }
   void create(cublasLtHandle_t handle, const Key& key, const __nv_bfloat16* bias, std::size_t workspace_bytes) {
-    const auto [T, N, K, has_bias, align_x, align_w, align_y, align_bias] = key;
+    const auto [T, N, K, has_bias, align_x, align_w, align_y, align_bias, f32_out] = key;
     LT_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     LT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
@@ -44,7 +44,7 @@ struct Gemm::Plan {
     const auto u64 = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
     LT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, u64(K), u64(N), K));  // w
     LT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, u64(K), u64(T), K));  // x
-    LT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, u64(N), u64(T), N));  // y
+    LT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d, f32_out ? CUDA_R_32F : CUDA_R_16BF, u64(N), u64(T), N));  // y
 
     cublasLtMatmulPreference_t pref = nullptr;
     LT_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -77,6 +77,7 @@ struct Gemm::Plan {
     (void)cublasLtMatmulPreferenceDestroy(pref);
     LT_CUBLASLT_CHECK(st);
     LT_CHECK(found > 0, "cuBLASLt has no algorithm for the bf16 product (", T, " x ", K, ") @ (", N, " x ", K, ")^T",
+             f32_out ? " into float32" : "",
              has_bias ? " + bias" : "", " with operand alignments x ", align_x, ", w ", align_w, ", y ", align_y,
              has_bias ? cat(", bias ", align_bias) : std::string(), " bytes");
     algo = result.algo;
@@ -127,12 +128,23 @@ void Gemm::linear(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16*
   LT_CHECK(y != nullptr && x != nullptr && w != nullptr, "gemm: null operand");
   if (T == 0) return;
   Plan& p = plan(Key{T, N, K, bias != nullptr, alignment(x), alignment(w), alignment(y),
-                     bias != nullptr ? alignment(bias) : 0u},
+                     bias != nullptr ? alignment(bias) : 0u, false},
                  bias);
   if (bias != nullptr) {
     LT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   }
   const float alpha = 1.0f, beta = 0.0f;
+  LT_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
+                                   workspace_, workspace_bytes_, stream));
+}
+
+void Gemm::linear_f32(float* y, const __nv_bfloat16* x, const __nv_bfloat16* w, std::int64_t T, std::int64_t N,
+                      std::int64_t K, bool accumulate, cudaStream_t stream) {
+  LT_CHECK(T >= 0 && N > 0 && K > 0, "gemm: bad shape T=", T, " N=", N, " K=", K);
+  LT_CHECK(y != nullptr && x != nullptr && w != nullptr, "gemm: null operand");
+  if (T == 0) return;
+  Plan& p = plan(Key{T, N, K, false, alignment(x), alignment(w), alignment(y), 0u, true}, nullptr);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   LT_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
                                    workspace_, workspace_bytes_, stream));
 }

@@ -29,11 +29,19 @@ class Gemm {
   void linear(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
               std::int64_t T, std::int64_t N, std::int64_t K, cudaStream_t stream);
 
+  // y (T, N) float32 = x (T, K) @ w (N, K)^T (+ y when `accumulate`): bf16 operands, float32
+  // accumulation and result, no rounding to bf16 (the MoE router's float32 logits: the products
+  // of bf16 values are exact in float32, so this is a float32 GEMM of those values).
+  void linear_f32(float* y, const __nv_bfloat16* x, const __nv_bfloat16* w, std::int64_t T, std::int64_t N,
+                  std::int64_t K, bool accumulate, cudaStream_t stream);
+
  private:
   // One problem shape with its descriptors and the algorithm cuBLASLt's heuristic chose. Keyed
-  // by shape, bias presence and operand alignments (which bound the algorithms allowed).
+  // by shape, bias presence, operand alignments (which bound the algorithms allowed) and the
+  // output type (false: bf16, true: float32).
   struct Plan;
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, unsigned, unsigned, unsigned, unsigned>;
+  using Key =
+      std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, unsigned, unsigned, unsigned, unsigned, bool>;
   Plan& plan(const Key& key, const __nv_bfloat16* bias);
 
   cublasLtHandle_t handle_ = nullptr;

@@ -3,21 +3,94 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "model/packed_weights.hpp"
 
 namespace layertap::cuda {
 
 std::string unsupported_parts(const ModelConfig& c) {
-  if (c.mla) return "MLA attention";
-  if (c.moe) return "MoE layers";
-  if (c.quant.method != QuantConfig::Method::None) return "quantized weights (" + c.quant.describe() + ")";
-  if (c.rope.type == RopeConfig::Type::Yarn) return "YaRN RoPE";
+  if (c.mla) {
+    const MlaConfig& m = *c.mla;
+    if (m.qk_head_dim() > 512 || m.v_head_dim > 512)
+      return cat("MLA heads of qk dim ", m.qk_head_dim(), " and v dim ", m.v_head_dim,
+                 " (the attention kernels take up to 512)");
+    if (m.qk_rope_head_dim > 256 || m.qk_rope_head_dim % 2 != 0)
+      return cat("an MLA rope dim of ", m.qk_rope_head_dim, " (the rope kernel takes even dims up to 256)");
+  }
+  if (c.moe) {
+    const MoeConfig& m = *c.moe;
+    if (m.experts_per_token > 64) return cat("MoE top-", m.experts_per_token, " routing (the kernels take up to 64)");
+    if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk && m.n_group > kernels::kMaxRouteGroups)
+      return cat("MoE routing over ", m.n_group, " groups (the router kernel takes up to ", kernels::kMaxRouteGroups,
+                 ")");
+  }
   return "";
 }
 
-LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s) {
+bool LocalShape::any_moe() const { return std::find(moe_layer.begin(), moe_layer.end(), true) != moe_layer.end(); }
+
+bool LocalShape::any_dense_ffn() const {
+  return std::find(moe_layer.begin(), moe_layer.end(), false) != moe_layer.end();
+}
+
+std::int64_t LocalShape::max_routed_rows(std::int64_t tokens) const {
+  return any_moe() ? tokens * std::min(top_k, local_experts) : 0;
+}
+
+std::string LocalShape::module(std::int64_t layer, const std::string& suffix) const {
+  return cat(prefix, "layers.", layer, ".", suffix);
+}
+
+LinearStorage LocalShape::storage(const std::string& name) const {
+  const auto it = packed.find(name);
+  return it == packed.end() ? LinearStorage{} : it->second;
+}
+
+namespace {
+
+// The Linear modules this rank holds in layer i (suffixes after "layers.i.").
+std::vector<std::string> layer_linears(const ModelConfig& c, const LocalShape& s, std::int64_t i) {
+  std::vector<std::string> names;
+  if (c.mla) {
+    if (c.mla->q_lora_rank > 0) {
+      names.push_back("self_attn.q_a_proj");
+      names.push_back("self_attn.q_b_proj");
+    } else {
+      names.push_back("self_attn.q_proj");
+    }
+    names.push_back("self_attn.kv_a_proj_with_mqa");
+    names.push_back("self_attn.kv_b_proj");
+  } else {
+    for (const char* n : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}) names.push_back(n);
+  }
+  names.push_back("self_attn.o_proj");
+  const auto mlp = [&](const std::string& base) {
+    for (const char* n : {"gate_proj", "up_proj", "down_proj"}) names.push_back(base + n);
+  };
+  if (!s.moe_layer[std::size_t(i)]) {
+    mlp("mlp.");
+  } else {
+    for (std::int64_t e = s.first_expert; e < s.first_expert + s.local_experts; ++e) mlp(cat("mlp.experts.", e, "."));
+    if (s.shared_inter > 0) mlp("mlp.shared_experts.");
+  }
+  return names;
+}
+
+kernels::ScaleType scale_type_of(DType d) {
+  switch (d) {
+    case DType::BF16: return kernels::ScaleType::BF16;
+    case DType::F16: return kernels::ScaleType::F16;
+    default: return kernels::ScaleType::F32;
+  }
+}
+
+}  // namespace
+
+LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource packed, const Checkpoint* ckpt) {
   const std::string missing = unsupported_parts(c);
   LT_CHECK(missing.empty(), "cuda backend: ", c.architecture, " needs ", missing,
-           ", which the CUDA backend does not implement yet; use --backend cpu");
+           ", which the CUDA backend does not implement; use --backend cpu");
+  LT_CHECK(packed != PackedSource::Checkpoint || ckpt != nullptr, "cuda backend: packed weights from a checkpoint "
+           "need the checkpoint");
   check_tp_divisibility(c, s);
   LocalShape l;
   l.hidden = c.hidden_size;
@@ -26,17 +99,102 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s) {
   l.head_dim = c.head_dim;
   l.heads = c.num_heads / s.size;
   l.kv_heads = std::max<std::int64_t>(1, c.num_kv_heads / s.size);  // replicated when kv heads < ranks
+  l.total_kv_heads = c.num_kv_heads;
   l.inter = c.intermediate_size / s.size;
   l.qkv_bias = c.qkv_bias;
   l.o_bias = c.o_bias && s.rank == 0;
   l.mlp_bias = c.mlp_bias;
   l.down_bias = c.mlp_bias && s.rank == 0;
   l.qk_norm = c.qk_norm;
+  l.rope_attention_factor = c.rope.type == RopeConfig::Type::Yarn ? float(c.rope.attention_factor) : 1.0f;
+  l.prefix = c.tensor_prefix;
+  l.tp_rank = s.rank;
+  l.tp_size = s.size;
+  if (c.mla) {
+    const MlaConfig& m = *c.mla;
+    l.mla = true;
+    l.q_lora = m.q_lora_rank;
+    l.kv_lora = m.kv_lora_rank;
+    l.nope = m.qk_nope_head_dim;
+    l.rope_dim = m.qk_rope_head_dim;
+    l.v_dim = m.v_head_dim;
+    l.rope_interleave = m.rope_interleave;
+    l.mla_bias = m.bias;
+    l.o_bias = m.bias && s.rank == 0;
+    l.softmax_scale = float(m.softmax_scale);
+    l.head_dim = m.qk_rope_head_dim;
+    l.kv_heads = l.heads;
+  }
+  l.moe_layer.assign(std::size_t(c.num_layers), false);
+  for (std::int64_t i = 0; i < c.num_layers; ++i) l.moe_layer[std::size_t(i)] = c.is_moe_layer(i);
+  if (l.any_moe()) {
+    const MoeConfig& m = *c.moe;
+    const bool whole = s.moe_split == MoeSplit::Experts;
+    l.moe_whole = whole;
+    l.experts = m.num_experts;
+    l.top_k = m.experts_per_token;
+    l.local_experts = whole ? m.num_experts / s.size : m.num_experts;
+    l.first_expert = whole ? s.rank * l.local_experts : 0;
+    l.expert_inter = whole ? m.expert_intermediate_size : m.expert_intermediate_size / s.size;
+    l.shared_inter = m.num_shared_experts * m.expert_intermediate_size / s.size;
+    l.score_bias = m.score_bias;
+    l.route.kind = m.routing == MoeConfig::Routing::SigmoidGroupedTopk ? kernels::RouteParams::SigmoidGroupedTopk
+                                                                      : kernels::RouteParams::SoftmaxTopk;
+    l.route.num_experts = std::int32_t(m.num_experts);
+    l.route.top_k = std::int32_t(m.experts_per_token);
+    l.route.n_group = std::int32_t(m.n_group);
+    l.route.topk_group = std::int32_t(m.topk_group);
+    l.route.norm_topk_prob = m.norm_topk_prob ? 1 : 0;
+    l.route.routed_scaling_factor = float(m.routed_scaling_factor);
+  }
+  l.block_rows = c.quant.block_rows;
+  l.block_cols = c.quant.block_cols;
+  l.group = c.quant.group_size;
+  if (packed != PackedSource::None && c.quant.method != QuantConfig::Method::None) {
+    for (std::int64_t i = 0; i < c.num_layers; ++i) {
+      for (const std::string& suffix : layer_linears(c, l, i)) {
+        const std::string name = l.module(i, suffix);
+        LinearStorage st;
+        if (packed == PackedSource::Checkpoint) {
+          const auto f = packed_format(*ckpt, c.quant, name);
+          if (!f) continue;
+          st.kind = *f == PackedLinear::Format::Fp8Block ? LinearStorage::Kind::Fp8Block : LinearStorage::Kind::Int4Group;
+          if (st.kind == LinearStorage::Kind::Int4Group)
+            st.scale = scale_type_of(ckpt->info(name + ".weight_scale").dtype);
+        } else if (c.quant.method == QuantConfig::Method::Int4Group) {
+          if (!c.quant.int4_packed(name)) continue;
+          st.kind = LinearStorage::Kind::Int4Group;
+        } else {
+          st.kind = LinearStorage::Kind::Fp8Block;
+        }
+        l.packed.emplace(name, st);
+      }
+    }
+  }
   return l;
 }
 
 std::int64_t LocalShape::layer_matmul_params() const {
-  return layers * (qkv_dim() * hidden + hidden * q_dim() + 3 * inter * hidden);
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < layers; ++i) {
+    if (mla) {
+      const std::int64_t qk = mla_qk();
+      n += q_lora > 0 ? q_lora * hidden + heads * qk * q_lora : heads * qk * hidden;
+      n += (kv_lora + rope_dim) * hidden + heads * (nope + v_dim) * kv_lora + hidden * heads * v_dim;
+    } else {
+      n += qkv_dim() * hidden + hidden * q_dim();
+    }
+    if (!moe_layer.empty() && moe_layer[std::size_t(i)]) {
+      n += experts * hidden;  // the router (replicated: every rank multiplies all of it)
+      // Routed, on average: top_k experts per token, this rank's share of them (whole experts:
+      // local/E of the choices at the full size; intermediate split: every choice at its slice).
+      n += top_k * 3 * expert_inter * hidden * local_experts / experts;
+      n += 3 * shared_inter * hidden;
+    } else {
+      n += 3 * inter * hidden;
+    }
+  }
+  return n;
 }
 
 }  // namespace layertap::cuda

@@ -1,34 +1,93 @@
-// The shapes one tensor-parallel rank holds of a dense decoder (heads, kv heads and intermediate
-// size divided as src/model/weights.cpp slices them), and the bytes its weights need in bf16.
+// The shapes one tensor-parallel rank holds of a decoder (heads, kv heads and intermediate sizes
+// divided as src/model/weights.cpp slices them; MLA heads; this rank's routed experts), and how
+// each of its Linear weights is stored on the device: bf16, or packed (FP8 blocks, INT4 groups).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "kernels/moe_routing.hpp"
+#include "kernels/quant_element.hpp"
 #include "model/hf_config.hpp"
+#include "model/safetensors.hpp"
 #include "model/weights.hpp"
 
 namespace layertap::cuda {
 
-// What in `c` the CUDA backend does not implement yet ("" when it runs it): MLA attention, MoE
-// layers, quantized weights, YaRN RoPE (its attention factor is not in the rope kernel).
+// What in `c` the CUDA backend does not implement ("" when it runs it all). Every family and
+// format of docs/MODELS.md runs now; this names only limits of the kernels (e.g. an MLA head
+// wider than the attention kernels take, more groups than the router kernel takes).
 std::string unsupported_parts(const ModelConfig& c);
 
+// How one Linear of this rank is stored on the device.
+struct LinearStorage {
+  enum class Kind { Bf16, Fp8Block, Int4Group };
+  Kind kind = Kind::Bf16;
+  kernels::ScaleType scale = kernels::ScaleType::BF16;  // Int4Group: the scales' dtype
+};
+
+// Where the packed storage of quantized Linears is decided.
+enum class PackedSource {
+  None,        // every Linear bf16 (uploaded from the float32 host slices)
+  Checkpoint,  // as the checkpoint stores each module (FP8 by its dtype, INT4 by the config)
+  Config,      // from the config alone (synthetic models): INT4 where the config's groups target a
+               // module; FP8 blocks for every decoder Linear of an fp8 config (DeepSeek's layout)
+};
+
 struct LocalShape {
-  std::int64_t hidden = 0, layers = 0, vocab = 0, head_dim = 0;
-  std::int64_t heads = 0, kv_heads = 0, inter = 0;  // this rank's query heads, kv heads, intermediate size
+  std::int64_t hidden = 0, layers = 0, vocab = 0, head_dim = 0;  // head_dim: GQA's; MLA's rope dim
+  std::int64_t heads = 0, kv_heads = 0, inter = 0;  // this rank's query heads, kv heads, dense intermediate size
+  std::int64_t total_kv_heads = 0;                  // the model's (kv heads are replicated when fewer than ranks)
   bool qkv_bias = false;   // q/k/v biases (Qwen2, Llama attention_bias)
   bool o_bias = false;     // o_proj bias, on TP rank 0 only (added once, before the all-reduce)
   bool mlp_bias = false;   // gate/up biases
   bool down_bias = false;  // down_proj bias, on TP rank 0 only
   bool qk_norm = false;    // Qwen3 per-head q/k RMSNorm
+  float rope_attention_factor = 1.0f;  // YaRN's factor on cos and sin; 1 otherwise
+
+  // MLA (every layer when set): this rank's `heads` heads; q_lora 0 = q_proj on the hidden state.
+  bool mla = false;
+  std::int64_t q_lora = 0, kv_lora = 0, nope = 0, rope_dim = 0, v_dim = 0;
+  bool rope_interleave = false;
+  bool mla_bias = false;    // q_a_proj and kv_a_proj_with_mqa biases
+  float softmax_scale = 0;  // MlaConfig::softmax_scale
+
+  // MoE layers: moe_layer[i]; routed experts [first_expert, first_expert + local_experts) of
+  // `experts`, each of intermediate size expert_inter (whole, or this rank's slice); shared
+  // experts sliced to shared_inter (0: none).
+  std::vector<bool> moe_layer;
+  std::int64_t experts = 0, top_k = 0, first_expert = 0, local_experts = 0, expert_inter = 0, shared_inter = 0;
+  bool moe_whole = true;    // --moe-split experts (whole experts); false: every expert's intermediate slice
+  kernels::RouteParams route;
+  bool score_bias = false;  // e_score_correction_bias
+  bool router_lo = false;   // the router needs a bf16 low part (its float32 weights are not all bf16 values)
+
+  // Packed Linears by full module name (absent: bf16), and the format parameters.
+  std::map<std::string, LinearStorage> packed;
+  std::int64_t block_rows = 0, block_cols = 0, group = 0;
+  std::string prefix;  // tensor-name prefix of the layers ("model.", "language_model.model.")
+  int tp_rank = 0, tp_size = 1;
 
   std::int64_t q_dim() const { return heads * head_dim; }
   std::int64_t qkv_dim() const { return (heads + 2 * kv_heads) * head_dim; }
+  std::int64_t mla_qk() const { return nope + rope_dim; }
+  bool any_moe() const;
+  bool any_dense_ffn() const;
+  // Rows of the permuted-token buffers: every (token, choice) pair that can land on this rank.
+  std::int64_t max_routed_rows(std::int64_t tokens) const;
+  std::string module(std::int64_t layer, const std::string& suffix) const;  // full module name
+  LinearStorage storage(const std::string& module) const;
 
-  // Checks divisibility (check_tp_divisibility) and derives the rank's shapes.
-  static LocalShape of(const ModelConfig& c, const TpShard& shard);
-  // Matrix parameters of the decoder layers (q, k, v, o, gate, up, down) on this rank: the
-  // GEMM-bound FLOP count is 2 x this per token (embedding, norms and biases excluded).
+  // Checks divisibility (check_tp_divisibility) and derives the rank's shapes; `ckpt` is needed for
+  // PackedSource::Checkpoint.
+  static LocalShape of(const ModelConfig& c, const TpShard& shard, PackedSource packed = PackedSource::None,
+                       const Checkpoint* ckpt = nullptr);
+  // Matrix parameters of the decoder layers on this rank, as every token multiplies them: GQA q,
+  // k, v, o or MLA's projections, dense gate/up/down, and for a MoE layer the router, top_k routed
+  // experts' share on this rank (top_k / tp of an expert per token with whole experts, top_k
+  // slices with the intermediate split) and the shared slice. The GEMM-bound FLOP count is 2 x
+  // this per token (embedding, norms and biases excluded).
   std::int64_t layer_matmul_params() const;
 };
 

@@ -20,7 +20,11 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
   LT_CHECK(o.max_batch_tokens > 0, "cuda backend: max_batch_tokens must be positive, not ", o.max_batch_tokens);
   LT_CHECK(o.max_capture_points >= 0, "cuda backend: max_capture_points must be >= 0, not ", o.max_capture_points);
   MemoryPlan p;
-  p.weight_bytes = DeviceWeights::bytes(s);
+  const DeviceWeights::Sizes w = DeviceWeights::sizes(s);
+  p.weight_bytes = w.resident;
+  p.packed_bytes = w.packed;
+  p.scratch_bytes = w.scratch;
+  p.scratch_layer = w.scratch_layer;
   p.workspace_bytes = Workspace::device_bytes(s, o.max_batch_tokens, o.max_capture_points);
   p.pinned_bytes = Workspace::pinned_bytes(s, o.max_batch_tokens, o.max_capture_points);
   const std::size_t fixed = Workspace::device_bytes(s, 0, o.max_capture_points);
@@ -30,16 +34,21 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
 }
 
 void check_fits(const MemoryPlan& p, std::size_t free_bytes, const std::string& device, const CudaBackendOptions& o) {
-  const std::size_t need = p.weight_bytes + p.workspace_bytes + kDeviceHeadroomBytes;
+  const std::size_t need = p.weight_bytes + p.scratch_bytes + p.workspace_bytes + kDeviceHeadroomBytes;
   if (need <= free_bytes) return;
   const std::size_t fixed = p.workspace_bytes - p.per_token_bytes * std::size_t(o.max_batch_tokens);
-  const std::size_t room = p.weight_bytes + fixed + kDeviceHeadroomBytes;
+  const std::size_t room = p.weight_bytes + p.scratch_bytes + fixed + kDeviceHeadroomBytes;
   const std::string fits =
       room < free_bytes && p.per_token_bytes > 0
           ? cat("at most ", (free_bytes - room) / p.per_token_bytes, " tokens per batch would fit")
           : std::string("even the weights alone do not fit");
-  LT_FAIL("the CUDA backend does not fit on ", device, ": weights ", gib(p.weight_bytes),
-          " (bf16, this rank's tensor-parallel slice) + workspace ", gib(p.workspace_bytes), " (max_batch_tokens ",
+  const std::string weights =
+      p.packed_bytes > 0 ? cat(" (this rank's tensor-parallel slice: ", gib(p.packed_bytes), " packed as the checkpoint "
+                               "stores them, the rest bf16) + dequantization scratch ", gib(p.scratch_bytes),
+                               " (layer ", p.scratch_layer, "'s packed weights expanded to bf16)")
+                         : std::string(" (bf16, this rank's tensor-parallel slice)");
+  LT_FAIL("the CUDA backend does not fit on ", device, ": weights ", gib(p.weight_bytes), weights, " + workspace ",
+          gib(p.workspace_bytes), " (max_batch_tokens ",
           o.max_batch_tokens, ", ", o.max_capture_points, " capture points) + ", gib(kDeviceHeadroomBytes),
           " headroom for cuBLAS and NCCL = ", gib(need), ", but only ", gib(free_bytes), " are free (", fits,
           "). Lower --max-batch-tokens, raise --tp (each rank holds 1/tp of the weights) or free the GPU.");

@@ -2,6 +2,7 @@
 // that it fits (a clear error with the numbers instead of an out-of-memory failure mid-run).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "backend/cuda/cuda_options.hpp"
@@ -13,7 +14,10 @@ namespace layertap::cuda {
 inline constexpr std::size_t kDeviceHeadroomBytes = std::size_t(768) << 20;
 
 struct MemoryPlan {
-  std::size_t weight_bytes = 0;     // bf16 weights of this rank
+  std::size_t weight_bytes = 0;     // this rank's weights: bf16, and packed ones as stored
+  std::size_t packed_bytes = 0;     // of which packed (FP8 blocks, INT4 groups, with their scales)
+  std::size_t scratch_bytes = 0;    // bf16 expansion of the largest layer's packed weights
+  std::int64_t scratch_layer = -1;  // that layer
   std::size_t workspace_bytes = 0;  // activations, capture snapshots, cuBLASLt workspace
   std::size_t pinned_bytes = 0;     // page-locked host memory (capture targets, batch staging)
   std::size_t per_token_bytes = 0;  // workspace growth per token of max_batch_tokens
@@ -21,8 +25,9 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const LocalShape& shape, const CudaBackendOptions& options);
 
-// Throws layertap::Error when weights + workspace + headroom exceed `free_bytes`, naming each
-// term in GiB, the largest max_batch_tokens that would fit, and what to lower.
+// Throws layertap::Error when weights + dequantization scratch + workspace + headroom exceed
+// `free_bytes`, naming each term in GiB, the largest max_batch_tokens that would fit, and what to
+// lower.
 void check_fits(const MemoryPlan& plan, std::size_t free_bytes, const std::string& device,
                 const CudaBackendOptions& options);
 

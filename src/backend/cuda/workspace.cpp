@@ -1,5 +1,7 @@
 #include "backend/cuda/workspace.hpp"
 
+#include <algorithm>
+
 #include "backend/cuda/gemm.hpp"
 #include "kernels/attention.cuh"
 
@@ -11,37 +13,55 @@ using bf16 = __nv_bfloat16;
 // One layout for counting and placing: `w` is null when only counting.
 void layout(Arena& dev, Arena& host, const LocalShape& s, std::int64_t Tm, std::int64_t P, Workspace* w) {
   const std::int64_t H = s.hidden, meta = Workspace::meta_ints(Tm);
-  bf16* x = dev.take<bf16>(Tm * H);
-  bf16* h = dev.take<bf16>(Tm * H);
-  bf16* delta = dev.take<bf16>(Tm * H);
-  bf16* qkv = dev.take<bf16>(Tm * s.qkv_dim());
-  bf16* ctx = dev.take<bf16>(Tm * s.q_dim());
-  bf16* gate_up = dev.take<bf16>(Tm * 2 * s.inter);
-  bf16* act = dev.take<bf16>(Tm * s.inter);
-  bf16* snapshots = dev.take<bf16>(P * Tm * H);
-  std::int32_t* dmeta = dev.take<std::int32_t>(meta);
-  std::int32_t* bad = dev.take<std::int32_t>(1);
-  float* inv_freq = dev.take<float>(s.head_dim / 2);
-  std::byte* gemm = dev.take<std::byte>(std::int64_t(Gemm::kWorkspaceBytes));
-  std::int32_t* hmeta = host.take<std::int32_t>(meta);
-  std::int32_t* hbad = host.take<std::int32_t>(1);
-  std::uint16_t* hstates = host.take<std::uint16_t>(P * Tm * H);
+  WorkspaceBuffers b;  // copied into *w at the end
+  b.x = dev.take<bf16>(Tm * H);
+  b.h = dev.take<bf16>(Tm * H);
+  b.delta = dev.take<bf16>(Tm * H);
+  if (!s.mla) {
+    b.qkv = dev.take<bf16>(Tm * s.qkv_dim());
+    b.ctx = dev.take<bf16>(Tm * s.q_dim());
+  } else {
+    const std::int64_t nh = s.heads, qk = s.mla_qk();
+    b.mla_q = dev.take<bf16>(Tm * nh * qk);
+    b.mla_qa = dev.take<bf16>(Tm * s.q_lora);
+    b.mla_ckv = dev.take<bf16>(Tm * (s.kv_lora + s.rope_dim));
+    b.mla_latent = dev.take<bf16>(Tm * s.kv_lora);
+    b.mla_kv = dev.take<bf16>(Tm * nh * (s.nope + s.v_dim));
+    b.mla_k = dev.take<bf16>(Tm * nh * qk);
+    b.mla_v = dev.take<bf16>(Tm * nh * s.v_dim);
+    b.ctx = dev.take<bf16>(Tm * nh * s.v_dim);
+  }
+  const std::int64_t I = std::max(s.any_dense_ffn() ? s.inter : 0, s.any_moe() ? s.shared_inter : 0);
+  b.gate_up = dev.take<bf16>(Tm * 2 * I);
+  b.act = dev.take<bf16>(Tm * I);
+  if (s.any_moe()) {
+    const std::int64_t E = s.experts, k = s.top_k, n = s.local_experts, R = s.max_routed_rows(Tm);
+    b.logits = dev.take<float>(Tm * E);
+    b.choice = dev.take<float>(Tm * E);
+    b.route_experts = dev.take<std::int32_t>(Tm * k);
+    b.route_weights = dev.take<float>(Tm * k);
+    b.slot = dev.take<std::int32_t>(Tm * k);
+    b.perm_token = dev.take<std::int32_t>(R);
+    b.counts = dev.take<std::int32_t>(n);
+    b.offsets = dev.take<std::int32_t>(n + 1);
+    b.x_perm = dev.take<bf16>(R * H);
+    b.gu_perm = dev.take<bf16>(R * 2 * s.expert_inter);
+    b.act_perm = dev.take<bf16>(R * s.expert_inter);
+    b.y_perm = dev.take<bf16>(R * H);
+    if (s.shared_inter > 0) b.shared_out = dev.take<bf16>(Tm * H);
+    b.logit_offset = dev.take<float>(E);
+    b.host_counts = host.take<std::int32_t>(n);
+  }
+  b.snapshots = dev.take<bf16>(P * Tm * H);
+  b.meta = dev.take<std::int32_t>(meta);
+  b.bad_token = dev.take<std::int32_t>(1);
+  b.inv_freq = dev.take<float>(s.head_dim / 2);
+  b.gemm = dev.take<std::byte>(std::int64_t(Gemm::kWorkspaceBytes));
+  b.host_meta = host.take<std::int32_t>(meta);
+  b.host_bad_token = host.take<std::int32_t>(1);
+  b.host_states = host.take<std::uint16_t>(P * Tm * H);
   if (w == nullptr) return;
-  w->x = x;
-  w->h = h;
-  w->delta = delta;
-  w->qkv = qkv;
-  w->ctx = ctx;
-  w->gate_up = gate_up;
-  w->act = act;
-  w->snapshots = snapshots;
-  w->meta = dmeta;
-  w->bad_token = bad;
-  w->inv_freq = inv_freq;
-  w->gemm = gemm;
-  w->host_meta = hmeta;
-  w->host_bad_token = hbad;
-  w->host_states = hstates;
+  *static_cast<WorkspaceBuffers*>(w) = b;
 }
 }  // namespace
 

@@ -12,34 +12,64 @@
 
 namespace layertap::cuda {
 
-class Workspace {
+// The buffers: pointers into the Workspace's two allocations.
+struct WorkspaceBuffers {
+  // Device (Tm = max_tokens, P = max_points, I = the widest dense or shared-expert intermediate
+  // slice, R = shape.max_routed_rows(Tm); buffers of parts the model lacks are null):
+  __nv_bfloat16* x = nullptr;          // (Tm, H) residual stream
+  __nv_bfloat16* h = nullptr;          // (Tm, H) normed input of a sub-layer; the final norm's output
+  __nv_bfloat16* delta = nullptr;      // (Tm, H) output of o_proj / the FFN (all-reduced)
+  __nv_bfloat16* qkv = nullptr;        // GQA (Tm, (heads + 2 kv_heads) * hd)
+  __nv_bfloat16* ctx = nullptr;        // (Tm, heads * hd) GQA / (Tm, heads * v) MLA attention output
+  // MLA (nh = this rank's heads, qk = nope + rope)
+  __nv_bfloat16* mla_q = nullptr;       // (Tm, nh * qk) queries
+  __nv_bfloat16* mla_qa = nullptr;      // (Tm, q_lora) q_a_proj output, normed in place
+  __nv_bfloat16* mla_ckv = nullptr;     // (Tm, kv_lora + rope) kv_a_proj_with_mqa output
+  __nv_bfloat16* mla_latent = nullptr;  // (Tm, kv_lora) normed latent
+  __nv_bfloat16* mla_kv = nullptr;      // (Tm, nh * (nope + v)) kv_b_proj output
+  __nv_bfloat16* mla_k = nullptr;       // (Tm, nh * qk) keys
+  __nv_bfloat16* mla_v = nullptr;       // (Tm, nh * v) values
+  // Dense FFN and shared experts
+  __nv_bfloat16* gate_up = nullptr;    // (Tm, 2I)
+  __nv_bfloat16* act = nullptr;        // (Tm, I)
+  // MoE (E experts, k per token, n = local experts, Ie = local expert intermediate size)
+  float* logits = nullptr;              // (Tm, E) router logits, then scores
+  float* choice = nullptr;              // (Tm, E) routing scratch
+  std::int32_t* route_experts = nullptr;  // (Tm, k)
+  float* route_weights = nullptr;       // (Tm, k)
+  std::int32_t* slot = nullptr;         // (Tm, k) row of each (token, choice) pair, -1 off this rank
+  std::int32_t* perm_token = nullptr;   // (R) token of each permuted row
+  std::int32_t* counts = nullptr;       // (n) rows per local expert
+  std::int32_t* offsets = nullptr;      // (n + 1) first row of each local expert
+  __nv_bfloat16* x_perm = nullptr;      // (R, H) tokens grouped by expert
+  __nv_bfloat16* gu_perm = nullptr;     // (R, 2 Ie)
+  __nv_bfloat16* act_perm = nullptr;    // (R, Ie)
+  __nv_bfloat16* y_perm = nullptr;      // (R, H) expert outputs
+  __nv_bfloat16* shared_out = nullptr;  // (Tm, H) shared experts' output
+  float* logit_offset = nullptr;        // (E) synthetic routing skew, zero unless set
+  // Capture, metadata, tables
+  __nv_bfloat16* snapshots = nullptr;  // (P, Tm, H) copies of captured states the next layers overwrite
+  std::int32_t* meta = nullptr;        // (meta_ints) this batch's ids | pos | tiles, packed from the front
+  std::int32_t* bad_token = nullptr;   // (1) first batch position with an id outside the vocabulary
+  float* inv_freq = nullptr;           // (hd/2) RoPE frequencies (MLA: rope dim / 2)
+  std::byte* gemm = nullptr;           // (Gemm::kWorkspaceBytes) cuBLASLt workspace
+  // Pinned host:
+  std::int32_t* host_meta = nullptr;      // (meta_ints) staging for one host-to-device copy
+  std::int32_t* host_bad_token = nullptr; // (1)
+  std::int32_t* host_counts = nullptr;    // (n) rows per local expert of the current MoE layer
+  std::uint16_t* host_states = nullptr;   // (P, Tm, H) bf16 bits, targets of the capture copies
+};
+
+class Workspace : public WorkspaceBuffers {
  public:
   // Device bytes for batches of up to `max_tokens` tokens and `max_points` distinct capture points.
   static std::size_t device_bytes(const LocalShape& shape, std::int64_t max_tokens, std::int64_t max_points);
-  // Pinned host bytes: batch metadata staging and the capture buffers.
+  // Pinned host bytes: batch metadata staging, MoE expert counts and the capture buffers.
   static std::size_t pinned_bytes(const LocalShape& shape, std::int64_t max_tokens, std::int64_t max_points);
   // int32 values of the per-batch metadata: ids (T) | pos (T) | flash tiles (2 * max tiles).
   static std::int64_t meta_ints(std::int64_t max_tokens);
 
   Workspace(const LocalShape& shape, std::int64_t max_tokens, std::int64_t max_points);
-
-  // Device (Tm = max_tokens, P = max_points, I = this rank's intermediate size):
-  __nv_bfloat16* x = nullptr;          // (Tm, H) residual stream
-  __nv_bfloat16* h = nullptr;          // (Tm, H) normed input of a sub-layer; the final norm's output
-  __nv_bfloat16* delta = nullptr;      // (Tm, H) output of o_proj / down_proj (all-reduced)
-  __nv_bfloat16* qkv = nullptr;        // (Tm, (heads + 2 kv_heads) * hd)
-  __nv_bfloat16* ctx = nullptr;        // (Tm, heads * hd) attention output
-  __nv_bfloat16* gate_up = nullptr;    // (Tm, 2I)
-  __nv_bfloat16* act = nullptr;        // (Tm, I)
-  __nv_bfloat16* snapshots = nullptr;  // (P, Tm, H) copies of captured states the next layers overwrite
-  std::int32_t* meta = nullptr;        // (meta_ints) this batch's ids | pos | tiles, packed from the front
-  std::int32_t* bad_token = nullptr;   // (1) first batch position with an id outside the vocabulary
-  float* inv_freq = nullptr;           // (hd/2) RoPE frequencies
-  std::byte* gemm = nullptr;           // (Gemm::kWorkspaceBytes) cuBLASLt workspace
-  // Pinned host:
-  std::int32_t* host_meta = nullptr;      // (meta_ints) staging for one host-to-device copy
-  std::int32_t* host_bad_token = nullptr; // (1)
-  std::uint16_t* host_states = nullptr;   // (P, Tm, H) bf16 bits, targets of the capture copies
 
  private:
   DeviceMemory device_;

@@ -1,0 +1,167 @@
+// MLA steps (see mla.cuh): latent RMSNorm with strides, strided RoPE (interleaved or half-split,
+// YaRN attention factor), per-head key/value assembly.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.hpp"
+#include "mla.cuh"
+
+namespace layertap::kernels {
+namespace {
+
+// ----------------------------------------------------------------------------------------------
+// kernels
+
+constexpr int kBlock = 256;
+constexpr int kWarps = kBlock / 32;
+constexpr std::int64_t kMaxGrid = 1 << 16;
+
+__device__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ float block_sum(float v, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < kWarps ? shared[lane] : 0.0f;
+  v = warp_sum(v);
+  __syncthreads();
+  return v;
+}
+
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// One block per row, grid-strided.
+__global__ void __launch_bounds__(kBlock)
+    rmsnorm_rows_kernel(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat16* in, std::int64_t in_stride,
+                        const __nv_bfloat16* __restrict__ weight, float eps, std::int64_t N, std::int64_t C) {
+  __shared__ float shared[kWarps];
+  for (std::int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    const __nv_bfloat16* x = in + row * in_stride;
+    __nv_bfloat16* o = out + row * out_stride;
+    float ss = 0.0f;
+    for (std::int64_t i = threadIdx.x; i < C; i += kBlock) {
+      const float v = __bfloat162float(x[i]);
+      ss += v * v;
+    }
+    const float rstd = 1.0f / sqrtf(block_sum(ss, shared) / static_cast<float>(C) + eps);
+    // Each thread reads back only its own elements, all read before block_sum's barrier: in-place safe.
+    for (std::int64_t i = threadIdx.x; i < C; i += kBlock)
+      o[i] = __float2bfloat16_rn(__bfloat162float(weight[i]) * round_bf16(__bfloat162float(x[i]) * rstd));
+  }
+}
+
+constexpr int kRopePairsPerLane = 4;  // dim <= 2 * 32 * 4
+
+// One warp per (token, head): every lane reads its pairs, then (after __syncwarp) writes them.
+__global__ void __launch_bounds__(kBlock)
+    rope_strided_kernel(__nv_bfloat16* __restrict__ x, std::int64_t row_stride, std::int64_t head_stride,
+                        std::int64_t offset, std::int64_t heads, std::int64_t dim, bool interleaved,
+                        const std::int32_t* __restrict__ pos, const float* __restrict__ inv_freq, float af,
+                        std::int64_t T) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t warp = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (warp >= T * heads) return;
+  const std::int64_t t = warp / heads, h = warp % heads;
+  __nv_bfloat16* v = x + t * row_stride + h * head_stride + offset;
+  const std::int64_t half = dim / 2;
+  const float p = static_cast<float>(pos[t]);
+  float a[kRopePairsPerLane], b[kRopePairsPerLane];
+#pragma unroll
+  for (int r = 0; r < kRopePairsPerLane; ++r) {
+    const std::int64_t i = lane + 32 * r;
+    if (i < half) {
+      a[r] = __bfloat162float(interleaved ? v[2 * i] : v[i]);
+      b[r] = __bfloat162float(interleaved ? v[2 * i + 1] : v[i + half]);
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < kRopePairsPerLane; ++r) {
+    const std::int64_t i = lane + 32 * r;
+    if (i < half) {
+      float s, c;
+      sincosf(p * inv_freq[i], &s, &c);
+      c *= af;
+      s *= af;
+      v[i] = __float2bfloat16_rn(a[r] * c - b[r] * s);
+      v[i + half] = __float2bfloat16_rn(b[r] * c + a[r] * s);
+    }
+  }
+}
+
+// One block per token (grid-strided), threads over the nh * (qk + vd) outputs.
+__global__ void __launch_bounds__(kBlock)
+    assemble_kv_kernel(__nv_bfloat16* __restrict__ k, __nv_bfloat16* __restrict__ v,
+                       const __nv_bfloat16* __restrict__ kv, const __nv_bfloat16* __restrict__ k_rope,
+                       std::int64_t k_rope_stride, std::int64_t T, std::int64_t nh, std::int64_t nope,
+                       std::int64_t rd, std::int64_t vd) {
+  const std::int64_t qk = nope + rd, kvd = nope + vd;
+  for (std::int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+    const __nv_bfloat16* src = kv + t * nh * kvd;
+    const __nv_bfloat16* rope = k_rope + t * k_rope_stride;
+    __nv_bfloat16* kt = k + t * nh * qk;
+    __nv_bfloat16* vt = v + t * nh * vd;
+    for (std::int64_t i = threadIdx.x; i < nh * qk; i += kBlock) {
+      const std::int64_t h = i / qk, d = i % qk;
+      kt[i] = d < nope ? src[h * kvd + d] : rope[d - nope];
+    }
+    for (std::int64_t i = threadIdx.x; i < nh * vd; i += kBlock) {
+      const std::int64_t h = i / vd, d = i % vd;
+      vt[i] = src[h * kvd + nope + d];
+    }
+  }
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------------------------------
+// launchers
+
+void rmsnorm_rows(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat16* in, std::int64_t in_stride,
+                  const __nv_bfloat16* weight, float eps, std::int64_t N, std::int64_t C, cudaStream_t stream) {
+  LT_CHECK(N >= 0 && C > 0 && out_stride >= C && in_stride >= C, "rmsnorm_rows: bad shape N=", N, " C=", C,
+           " strides ", out_stride, ", ", in_stride);
+  LT_CHECK(out != nullptr && in != nullptr && weight != nullptr, "rmsnorm_rows: null pointer argument");
+  LT_CHECK(static_cast<const void*>(out) != static_cast<const void*>(in) || out_stride == in_stride,
+           "rmsnorm_rows: in place needs equal strides");
+  if (N == 0) return;
+  const unsigned grid = static_cast<unsigned>(N < kMaxGrid ? N : kMaxGrid);
+  rmsnorm_rows_kernel<<<grid, kBlock, 0, stream>>>(out, out_stride, in, in_stride, weight, eps, N, C);
+  LT_CUDA_CHECK_LAUNCH();
+}
+
+void rope_strided(__nv_bfloat16* x, std::int64_t row_stride, std::int64_t head_stride, std::int64_t offset,
+                  std::int64_t heads, std::int64_t dim, bool interleaved, const std::int32_t* pos,
+                  const float* inv_freq, float attention_factor, std::int64_t T, cudaStream_t stream) {
+  LT_CHECK(T >= 0 && heads > 0 && dim > 0 && dim % 2 == 0 && dim <= 2 * 32 * kRopePairsPerLane && offset >= 0 &&
+               head_stride >= 0 && row_stride >= offset + dim,
+           "rope_strided: bad shape T=", T, " heads=", heads, " dim=", dim, " (even, at most ",
+           2 * 32 * kRopePairsPerLane, ") offset=", offset, " strides ", row_stride, ", ", head_stride);
+  LT_CHECK(x != nullptr && pos != nullptr && inv_freq != nullptr, "rope_strided: null pointer argument");
+  if (T == 0) return;
+  const std::int64_t blocks = (T * heads + kWarps - 1) / kWarps;
+  LT_CHECK(blocks < (std::int64_t(1) << 31), "rope_strided: ", T, " tokens x ", heads, " heads is too many");
+  rope_strided_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
+      x, row_stride, head_stride, offset, heads, dim, interleaved, pos, inv_freq, attention_factor, T);
+  LT_CUDA_CHECK_LAUNCH();
+}
+
+void mla_assemble_kv(__nv_bfloat16* k, __nv_bfloat16* v, const __nv_bfloat16* kv, const __nv_bfloat16* k_rope,
+                     std::int64_t k_rope_stride, std::int64_t T, std::int64_t nh, std::int64_t nope, std::int64_t rd,
+                     std::int64_t vd, cudaStream_t stream) {
+  LT_CHECK(T >= 0 && nh > 0 && nope >= 0 && rd > 0 && vd > 0 && k_rope_stride >= rd,
+           "mla_assemble_kv: bad shape T=", T, " nh=", nh, " nope=", nope, " rd=", rd, " vd=", vd);
+  LT_CHECK(k != nullptr && v != nullptr && kv != nullptr && k_rope != nullptr, "mla_assemble_kv: null pointer argument");
+  if (T == 0) return;
+  const unsigned grid = static_cast<unsigned>(T < kMaxGrid ? T : kMaxGrid);
+  assemble_kv_kernel<<<grid, kBlock, 0, stream>>>(k, v, kv, k_rope, k_rope_stride, T, nh, nope, rd, vd);
+  LT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace layertap::kernels

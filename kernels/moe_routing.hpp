@@ -1,0 +1,124 @@
+// The top-k choice of one token's experts, as src/backend/cpu/moe.cpp computes it, in plain C++
+// that runs on the host and on the device (one thread per token in moe.cu's router kernel). A host
+// test compares it with cpu::route over random logits, ties included.
+//
+//   DeepSeek noaux_tc (SigmoidGroupedTopk): s = sigmoid(logit); choice = s + bias; the n_group
+//   contiguous groups are ranked by the sum of their top-2 choices, the best topk_group kept and
+//   the others masked to -inf; the top_k experts of what is left; weights are the unbiased s,
+//   divided by (their sum + 1e-20) when norm_topk_prob, then times routed_scaling_factor.
+//   Qwen3-MoE (SoftmaxTopk): softmax over all experts; top_k; divided by their sum when
+//   norm_topk_prob.
+// Orders: larger first; among equal values the lower index first (as the CPU's top_k).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define LT_HD __host__ __device__
+#else
+#define LT_HD
+#endif
+
+namespace layertap::kernels {
+
+struct RouteParams {
+  enum Kind : std::int32_t { SigmoidGroupedTopk = 0, SoftmaxTopk = 1 };
+  std::int32_t kind = SoftmaxTopk;
+  std::int32_t num_experts = 0, top_k = 0;
+  std::int32_t n_group = 1, topk_group = 1;  // SigmoidGroupedTopk
+  std::int32_t norm_topk_prob = 0;
+  float routed_scaling_factor = 1.0f;  // SigmoidGroupedTopk
+};
+
+// The most groups a SigmoidGroupedTopk router may have (DeepSeek-V3: 8).
+inline constexpr std::int32_t kMaxRouteGroups = 64;
+
+// Whether (va, a) comes before (vb, b): the larger value, ties to the lower index.
+LT_HD inline bool route_before(float va, std::int32_t a, float vb, std::int32_t b) {
+  return va > vb || (va == vb && a < b);
+}
+
+// The first of v[0..n) in route order that comes after (prev_v, prev) (prev < 0: the very first).
+// The j-th pick of a top-k is the first after the (j-1)-th: no marks, any n.
+LT_HD inline std::int32_t route_next(const float* v, std::int32_t n, float prev_v, std::int32_t prev) {
+  std::int32_t best = -1;
+  for (std::int32_t e = 0; e < n; ++e) {
+    if (prev >= 0 && !route_before(prev_v, prev, v[e], e)) continue;  // at or before the previous pick
+    if (best < 0 || route_before(v[e], e, v[best], best)) best = e;
+  }
+  return best;
+}
+
+LT_HD inline float route_exp(float x) {
+#if defined(__CUDA_ARCH__)
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+// One token. `logits` (E) float32 is overwritten with the scores (sigmoid or softmax
+// probabilities); `choice` (E) is scratch; `bias` (E) is e_score_correction_bias (SigmoidGroupedTopk
+// only; may be null = 0). Writes experts[0..top_k) and weights[0..top_k).
+LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice, const float* bias,
+                              std::int32_t* experts, float* weights) {
+  const std::int32_t E = p.num_experts, k = p.top_k;
+  if (p.kind == RouteParams::SigmoidGroupedTopk) {
+    for (std::int32_t e = 0; e < E; ++e) {
+      const float s = 1.0f / (1.0f + route_exp(-logits[e]));
+      logits[e] = s;
+      choice[e] = s + (bias != nullptr ? bias[e] : 0.0f);
+    }
+    if (p.n_group > 1) {
+      const std::int32_t per = E / p.n_group;
+      float group_score[kMaxRouteGroups];
+      for (std::int32_t g = 0; g < p.n_group; ++g) {
+        const float* c = choice + g * per;
+        const std::int32_t b0 = route_next(c, per, 0.0f, -1);
+        const std::int32_t b1 = per > 1 ? route_next(c, per, c[b0], b0) : -1;
+        group_score[g] = c[b0] + (b1 >= 0 ? c[b1] : 0.0f);
+      }
+      for (std::int32_t g = 0; g < p.n_group; ++g) {
+        std::int32_t rank = 0;  // groups that come before g
+        for (std::int32_t o = 0; o < p.n_group; ++o) rank += route_before(group_score[o], o, group_score[g], g);
+        if (rank >= p.topk_group)
+          for (std::int32_t e = g * per; e < (g + 1) * per; ++e) choice[e] = -INFINITY;
+      }
+    }
+    float sum = 0.0f;
+    std::int32_t prev = -1;
+    for (std::int32_t j = 0; j < k; ++j) {
+      prev = route_next(choice, E, prev >= 0 ? choice[prev] : 0.0f, prev);
+      experts[j] = prev;
+      weights[j] = logits[prev];
+      sum += weights[j];
+    }
+    const float denominator = sum + 1e-20f;
+    for (std::int32_t j = 0; j < k; ++j) {
+      if (p.norm_topk_prob) weights[j] /= denominator;
+      weights[j] *= p.routed_scaling_factor;
+    }
+    return;
+  }
+  // SoftmaxTopk
+  float mx = logits[0];
+  for (std::int32_t e = 1; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
+  float sum = 0.0f;
+  for (std::int32_t e = 0; e < E; ++e) {
+    logits[e] = route_exp(logits[e] - mx);
+    sum += logits[e];
+  }
+  for (std::int32_t e = 0; e < E; ++e) logits[e] /= sum;
+  float top_sum = 0.0f;
+  std::int32_t prev = -1;
+  for (std::int32_t j = 0; j < k; ++j) {
+    prev = route_next(logits, E, prev >= 0 ? logits[prev] : 0.0f, prev);
+    experts[j] = prev;
+    weights[j] = logits[prev];
+    top_sum += weights[j];
+  }
+  if (p.norm_topk_prob)
+    for (std::int32_t j = 0; j < k; ++j) weights[j] /= top_sum;
+}
+
+}  // namespace layertap::kernels

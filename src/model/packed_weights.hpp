@@ -1,0 +1,50 @@
+// Quantized Linear weights as the checkpoint stores them, for a backend that keeps them packed
+// (the CUDA backend: DESIGN.md section 10, "the GPU keeps weights packed and dequantizes per
+// layer"). The formats and the rules for which module is packed are LinearReader's
+// (src/model/linear_reader.hpp); this reads the bytes of a tensor-parallel window instead of
+// decoding it, so the bytes decode to exactly the values LinearReader::read gives.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "model/quant_config.hpp"
+#include "model/quant_formats.hpp"
+#include "model/safetensors.hpp"
+
+namespace layertap {
+
+struct PackedLinear {
+  enum class Format { Fp8Block, Int4Group };
+  Format format = Format::Fp8Block;
+  int64_t rows = 0, cols = 0;  // the window's shape
+  // Fp8Block: data = float8_e4m3fn codes [rows, cols]; scales = float32 [scale_rows, scale_cols],
+  // the part of weight_scale_inv that covers the window; the window starts row_phase rows and
+  // col_phase columns into its first block.
+  int64_t block_rows = 0, block_cols = 0, row_phase = 0, col_phase = 0;
+  // Int4Group: data = int32 words [rows, ceil(cols / 8)]; scales = scale_dtype [rows, ceil(cols / group)].
+  // The window starts on a group boundary.
+  int64_t group = 0;
+  DType scale_dtype = DType::F32;
+  int64_t scale_rows = 0, scale_cols = 0;
+  std::vector<std::byte> data, scales;
+};
+
+// How `module` (full tensor-name prefix) is stored: nullopt for plain float weights.
+std::optional<PackedLinear::Format> packed_format(const Checkpoint& ckpt, const QuantConfig& quant,
+                                                  const std::string& module);
+
+// Window `win` of module's [out, in] weight, as stored. Throws naming the tensor when the module is
+// plain, when its tensors do not have the shapes [out, in] implies, or (INT4) when the window does
+// not start on a group boundary that is also a word boundary.
+PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& quant, const std::string& module,
+                                int64_t out, int64_t in, const quant::Window& win);
+
+// Bytes read_packed_linear gives for such a window (data + scales), from the shapes alone.
+int64_t packed_linear_bytes(PackedLinear::Format format, const QuantConfig& quant, DType scale_dtype,
+                            const quant::Window& win);
+
+}  // namespace layertap
