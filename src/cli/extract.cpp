@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <iostream>
+#include <sstream>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -50,24 +53,59 @@ void refuse_media_placeholder(const io::Sample& s, const ModelConfig& cfg) {
              cfg.architecture, " is extracted as a text-only model; remove image/video samples from the dataset");
 }
 
-// Consecutive samples, in input order, up to max_tokens per batch: [first, last) positions from
-// `begin` (every length is at most max_tokens: check_sample_lengths ran first).
-std::vector<std::pair<std::size_t, std::size_t>> plan_batches(const std::vector<io::Sample>& samples,
-                                                              std::size_t begin, int64_t max_tokens) {
+// Consecutive samples, in input order, up to max_tokens per batch: [first, last) positions in
+// `lengths` from `begin` (every length is at most max_tokens: check_sample_lengths ran first).
+std::vector<std::pair<std::size_t, std::size_t>> plan_batches(const std::vector<int64_t>& lengths, std::size_t begin,
+                                                              int64_t max_tokens) {
   std::vector<std::pair<std::size_t, std::size_t>> batches;
   std::size_t first = begin;
   int64_t tokens = 0;
-  for (std::size_t i = begin; i < samples.size(); ++i) {
-    const int64_t n = int64_t(samples[i].input_ids.size());
-    if (tokens + n > max_tokens && i > first) {
+  for (std::size_t i = begin; i < lengths.size(); ++i) {
+    if (tokens + lengths[i] > max_tokens && i > first) {
       batches.emplace_back(first, i);
       first = i;
       tokens = 0;
     }
-    tokens += n;
+    tokens += lengths[i];
   }
-  if (first < samples.size()) batches.emplace_back(first, samples.size());
+  if (first < lengths.size()) batches.emplace_back(first, lengths.size());
   return batches;
+}
+
+std::vector<int64_t> lengths_of(const std::vector<io::Sample>& samples) {
+  std::vector<int64_t> n;
+  for (const io::Sample& s : samples) n.push_back(int64_t(s.input_ids.size()));
+  return n;
+}
+
+// `f` on world rank 0 only; then every rank throws rank 0's error, if any, so all stop alike.
+void on_lead(bool lead, const std::function<void()>& f) {
+  std::string error;
+  if (lead) {
+    try {
+      f();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  broadcast_from_world_root(error);
+  LT_CHECK(error.empty(), error);
+}
+
+// Bytes of the output: hidden states [T, P, H], input ids (int32) and loss masks (uint8) per
+// token, offsets and sample indices (int64) per sample, and per shard its partly filled last
+// chunks (/hidden_states chunks hold about 2 MiB, token chunks 64Ki entries) and HDF5 metadata.
+int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, int64_t hidden, DType dtype,
+                               int64_t groups, int64_t shard_bytes) {
+  const int64_t data = tokens * (points * hidden * int64_t(dtype_size(dtype)) + 5) + samples * 16;
+  const int64_t shards = groups + data / shard_bytes;
+  constexpr int64_t kPerShard = (int64_t(2) << 20) + (int64_t(1) << 16) * 5 + (int64_t(1) << 12) * 16 + (64 << 10);
+  return data + shards * kPerShard;
+}
+
+// Free space at --out, counting the shards --resume keeps or --overwrite replaces as available.
+int64_t available_bytes(const ExtractOptions& o) {
+  return cli::free_bytes_at(o.out) + (o.resume || o.overwrite ? cli::shard_bytes_in(o.out) : 0);
 }
 
 // The same error on every rank, before any sample is parsed for the run.
@@ -83,18 +121,10 @@ void check_sample_lengths(const io::DatasetIndex& index, const std::string& path
 // the index (32 bytes per sample) or rank 0's error; each rank then parses only its own samples.
 io::DatasetIndex share_dataset_index(const std::string& path, const ModelConfig& cfg, int threads, bool lead) {
   io::DatasetIndex index;
-  std::string error;
-  if (lead) {
-    try {
-      index = io::index_jsonl_dataset(path, cfg.vocab_size, threads, [&](const io::Sample& s) {
-        refuse_media_placeholder(s, cfg);
-      });
-    } catch (const Error& e) {
-      error = e.what();
-    }
-  }
-  broadcast_from_world_root(error);
-  LT_CHECK(error.empty(), error);
+  on_lead(lead, [&] {
+    index = io::index_jsonl_dataset(path, cfg.vocab_size, threads,
+                                    [&](const io::Sample& s) { refuse_media_placeholder(s, cfg); });
+  });
   std::string spans(index.samples.size() * sizeof(io::SampleSpan), '\0');
   std::memcpy(spans.data(), index.samples.data(), spans.size());
   broadcast_from_world_root(spans);
@@ -229,6 +259,83 @@ void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const Captu
            " tokens/s after loading) -> ", o.out);
 }
 
+
+// --dry-run: every check of a real run, the plan per group, the output's size against the free
+// space, and (with --calibrate-batches) the time from a few batches of each group. Writes nothing.
+int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::DatasetIndex& index,
+            const std::vector<std::pair<std::size_t, std::size_t>>& group_ranges, const WorldLayout& world,
+            const TpShard& shard, const std::string& backend_name, int64_t projected, Clock::time_point t_start) {
+  const bool lead = world.world_rank == 0;
+  const std::vector<int64_t> lengths = index.lengths();
+  std::ostringstream report;
+  report << "dry run: nothing is written\n";
+  report << "dataset     " << o.data << ": " << index.samples.size() << " samples, " << index.total_tokens()
+         << " tokens, indexed and planned in " << fixed(seconds_since(t_start), 2) << " s\n";
+  report << "layout      world " << world.world_size << " = " << world.dp << " data-parallel groups x tp " << world.tp
+         << ", backend " << backend_name << ", batches of up to " << o.max_batch_tokens << " tokens\n";
+  int64_t most_tokens = 0;
+  for (std::size_t g = 0; g < group_ranges.size(); ++g) {
+    const auto [first, last] = group_ranges[g];
+    const std::vector<int64_t> mine(lengths.begin() + long(first), lengths.begin() + long(last));
+    const int64_t tokens = std::accumulate(mine.begin(), mine.end(), int64_t(0));
+    most_tokens = std::max(most_tokens, tokens);
+    if (g < 8 || g + 1 == group_ranges.size())
+      report << "group " << g << (g < 10 ? "     " : "    ") << (last - first) << " samples, " << tokens << " tokens, "
+             << plan_batches(mine, 0, o.max_batch_tokens).size() << " batches\n";
+    else if (g == 8)
+      report << "...\n";
+  }
+  const DType store = parse_dtype(o.store_dtype);
+  const int64_t per_point = index.total_tokens() * cfg.hidden_size * int64_t(dtype_size(store));
+  report << "output      " << plan.points.size() << " points x hidden " << cfg.hidden_size << " x " << o.store_dtype
+         << ": " << human_bytes(per_point) << " per point, " << human_bytes(projected) << " in all with token data\n";
+  const int64_t available = available_bytes(o);
+  report << "free space  " << human_bytes(available) << " at " << o.out
+         << (projected <= available ? " (enough)" : " (NOT enough: a real run would refuse to start)") << "\n";
+
+  if (o.calibrate_batches > 0) {
+    // A few batches of each group's own samples, on the backend a real run would use.
+    MpiGroups groups(world);
+    const Checkpoint ckpt(checkpoint_files(o.model));
+    const auto t_load = Clock::now();
+    const std::unique_ptr<Backend> backend =
+        make_backend(backend_name, cfg, ckpt, shard, groups, o.max_batch_tokens, int64_t(plan.points.size()));
+    const double load_s = max_over_ranks(seconds_since(t_load));
+    const auto [first, last] = group_ranges[std::size_t(world.dp_rank)];
+    const std::vector<int64_t> mine(lengths.begin() + long(first), lengths.begin() + long(last));
+    auto batches = plan_batches(mine, 0, o.max_batch_tokens);
+    batches.resize(std::min(batches.size(), std::size_t(o.calibrate_batches)));
+    const std::size_t upto = batches.empty() ? first : first + batches.back().second;
+    const std::vector<io::Sample> samples = io::read_samples(o.data, index, first, upto, cfg.vocab_size);
+    const auto t_run = Clock::now();
+    int64_t tokens = 0;
+    for (const auto& [b0, b1] : batches) {
+      PackedBatch pb;
+      pb.offsets.push_back(0);
+      for (std::size_t i = b0; i < b1; ++i) {
+        pb.tokens.insert(pb.tokens.end(), samples[i].input_ids.begin(), samples[i].input_ids.end());
+        pb.offsets.push_back(pb.num_tokens());
+      }
+      backend->forward(pb, plan, store);
+      tokens += pb.num_tokens();
+    }
+    const double run_s = seconds_since(t_run);
+    // Groups run side by side: the slowest group's remaining tokens at its measured rate.
+    const double rate = run_s > 0 ? double(tokens) / run_s : 0;
+    const double eta = rate > 0 ? double(most_tokens) / rate : 0;
+    const double eta_max = max_over_ranks(eta);
+    const int64_t measured = sum_over_ranks(tokens) / world.tp;
+    report << "calibration " << measured << " tokens in up to " << o.calibrate_batches
+           << " batches per group; weights loaded in " << fixed(load_s, 1) << " s\n";
+    report << "estimate    about " << int64_t(load_s + eta_max) << " s for the run (" << int64_t(eta_max)
+           << " s of forward passes at " << int64_t(rate) << " tokens/s per group, capture and writing not "
+           << "included)\n";
+  }
+  if (lead) std::cout << report.str() << std::flush;
+  world_barrier();
+  return 0;
+}
+
 }  // namespace
 
 int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
@@ -253,11 +360,26 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const io::DatasetIndex index = share_dataset_index(
       o.data, cfg, o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())), lead);
   check_sample_lengths(index, o.data, o.max_batch_tokens);
+  if (lead)
+    log_info("dataset ", o.data, " indexed in ", seconds_since(t_start), " s: ", index.samples.size(), " samples, ",
+             index.total_tokens(), " tokens");
   const std::string& dataset_sha256 = index.sha256;
   const int64_t total_tokens = index.total_tokens();
-  const auto [first_sample, last_sample] = split_by_tokens(index.lengths(), world.dp)[std::size_t(world.dp_rank)];
-  const std::vector<io::Sample> mine = io::read_samples(o.data, index, first_sample, last_sample, cfg.vocab_size);
+  const auto group_ranges = split_by_tokens(index.lengths(), world.dp);
+  const auto [first_sample, last_sample] = group_ranges[std::size_t(world.dp_rank)];
   check_host_memory(cfg, shard, o.max_batch_tokens, int64_t(plan.points.size()));
+  const int64_t projected = projected_output_bytes(total_tokens, int64_t(index.samples.size()),
+                                                   int64_t(plan.points.size()), cfg.hidden_size,
+                                                   parse_dtype(o.store_dtype), world.dp, o.shard_size_mib << 20);
+  if (o.dry_run) return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, projected, t_start);
+  on_lead(lead, [&] {
+    const int64_t available = available_bytes(o);
+    LT_CHECK(o.ignore_free_space || projected <= available, "the output will take about ", human_bytes(projected),
+             " (", total_tokens, " tokens x ", plan.points.size(), " points x hidden ", cfg.hidden_size, " as ",
+             o.store_dtype, ", plus token data) but only ", human_bytes(available), " are free at '", o.out,
+             "'; free space, choose another --out, capture fewer points, or pass --ignore-free-space");
+  });
+  const std::vector<io::Sample> mine = io::read_samples(o.data, index, first_sample, last_sample, cfg.vocab_size);
 
   const Checkpoint ckpt(checkpoint_files(o.model));
   check_same_on_all_ranks("model weights", ckpt.fingerprint());
@@ -285,7 +407,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
     }
   }
   done = groups.broadcast_in_tp_group(done);
-  const auto batches = plan_batches(mine, std::size_t(done), o.max_batch_tokens);
+  const auto batches = plan_batches(lengths_of(mine), std::size_t(done), o.max_batch_tokens);
   const int64_t steps = max_over_ranks(int64_t(batches.size()));  // every rank takes part in every stop check
 
   if (lead) {

@@ -46,6 +46,14 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
       ("on-nonfinite", po::value(&o.on_nonfinite)->default_value(o.on_nonfinite),
        "a sample whose states hold NaN/Inf: 'fail' stops the job naming it, 'skip' leaves it out and "
        "lists it in the manifest")
+      ("dry-run", po::bool_switch(&o.dry_run),
+       "check everything, index the dataset and print the plan: samples, tokens and batches per group, "
+       "bytes per capture point and in all, the free space at --out, and the estimated time from a short "
+       "calibration run (--calibrate-batches); writes nothing")
+      ("calibrate-batches", po::value(&o.calibrate_batches)->default_value(o.calibrate_batches),
+       "--dry-run: batches each group runs to measure its speed (loads the weights; 0 skips the estimate)")
+      ("ignore-free-space", po::bool_switch(&o.ignore_free_space),
+       "start even when the projected output is larger than the free space at --out")
       ("progress-seconds", po::value(&o.progress_seconds)->default_value(o.progress_seconds),
        "seconds between progress lines on rank 0")
       ("log-level", po::value(&o.log_level)->default_value(o.log_level), "debug, info, warning or error");
@@ -91,6 +99,7 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   LT_CHECK(o.shard_size_mib > 0 && o.shard_size_mib <= (int64_t(1) << 20), "--shard-size-mib must be in [1, ",
            int64_t(1) << 20, "] (1 TiB), got ", o.shard_size_mib);
   LT_CHECK(o.progress_seconds > 0, "--progress-seconds must be positive");
+  LT_CHECK(o.calibrate_batches >= 0, "--calibrate-batches must be 0 or positive, got ", o.calibrate_batches);
   LT_CHECK(o.backend == "auto" || o.backend == "cpu" || o.backend == "cuda", "unknown --backend '", o.backend,
            "' (auto, cpu or cuda)");
   LT_CHECK(o.store_dtype == "bfloat16" || o.store_dtype == "float32", "--store-dtype must be bfloat16 or float32, got '",
@@ -106,7 +115,8 @@ std::string ExtractOptions::job_identity() const {
   return cat("model=", model, "\ndata=", data, "\nout=", out, "\ncapture=", capture, "\nbackend=", backend,
              "\ntp=", tp, "\nmoe-split=", moe_split, "\nmax-batch-tokens=", max_batch_tokens, "\nstore-dtype=", store_dtype,
              "\nshard-size-mib=", shard_size_mib, "\noverwrite=", overwrite, "\nresume=", resume,
-             "\non-nonfinite=", on_nonfinite, "\n");
+             "\non-nonfinite=", on_nonfinite, "\ndry-run=", dry_run, "\ncalibrate-batches=", calibrate_batches,
+             "\nignore-free-space=", ignore_free_space, "\n");
 }
 
 }  // namespace layertap

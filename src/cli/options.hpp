@@ -22,6 +22,9 @@ struct ExtractOptions {
   bool overwrite = false;
   bool resume = false;           // continue an interrupted run in --out
   std::string on_nonfinite = "fail";  // fail | skip: a sample with NaN/Inf states
+  bool dry_run = false;          // plan, estimate and check; write nothing
+  int64_t calibrate_batches = 2; // --dry-run: batches run per group to estimate the time (0: none)
+  bool ignore_free_space = false;  // start even when the projected output exceeds the free space
   double progress_seconds = 30;
   std::string log_level = "info";
   std::string command;           // the command line as typed, for the manifest

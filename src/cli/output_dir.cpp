@@ -1,5 +1,6 @@
 #include "cli/output_dir.hpp"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,14 +46,38 @@ void check_same_run(const fs::path& dir, const json& before, const json& now) {
            "\nresume with the earlier settings, or start over with --overwrite");
 }
 
+// The directory itself, or the nearest ancestor that exists.
+fs::path nearest_existing(const fs::path& target) {
+  std::error_code ec;
+  fs::path existing = target;
+  while (!fs::exists(fs::symlink_status(existing, ec)) && existing.has_relative_path()) existing = existing.parent_path();
+  return existing;
+}
+
 }  // namespace
+
+int64_t free_bytes_at(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path at = nearest_existing(fs::absolute(dir, ec));
+  struct statvfs st {};
+  LT_CHECK(::statvfs(at.c_str(), &st) == 0, "cannot read the free space at '", at.string(), "': ", std::strerror(errno));
+  return int64_t(st.f_bavail) * int64_t(st.f_frsize);
+}
+
+int64_t shard_bytes_in(const fs::path& dir) {
+  std::error_code ec;
+  int64_t bytes = 0;
+  if (!fs::is_directory(dir, ec)) return 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (is_layertap_file(entry.path()) && entry.is_regular_file(ec)) bytes += int64_t(entry.file_size(ec));
+  return bytes;
+}
 
 void check_output_path(const fs::path& dir) {
   std::error_code ec;
   const fs::path target = fs::absolute(dir, ec);
   LT_CHECK(!ec, "--out '", dir.string(), "': ", ec.message());
-  fs::path existing = target;  // the directory itself, or the nearest ancestor that exists
-  while (!fs::exists(fs::symlink_status(existing, ec)) && existing.has_relative_path()) existing = existing.parent_path();
+  const fs::path existing = nearest_existing(target);
   const std::string what = existing == target ? cat("--out '", dir.string(), "'")
                                               : cat("--out '", dir.string(), "': its parent '", existing.string(), "'");
   LT_CHECK(fs::is_directory(fs::status(existing, ec)), what, " exists and is not a directory");

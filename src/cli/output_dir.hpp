@@ -21,6 +21,13 @@ enum class OutputState { Fresh, Resume, AlreadyComplete };
 // place is refused naming the path, so a long dataset read never ends in an unwritable output.
 void check_output_path(const std::filesystem::path& dir);
 
+// Bytes free for an unprivileged writer on the file system that holds `dir` (or, before it
+// exists, its nearest existing ancestor).
+int64_t free_bytes_at(const std::filesystem::path& dir);
+
+// Bytes of layertap shards already in `dir` (kept by --resume, replaced by --overwrite).
+int64_t shard_bytes_in(const std::filesystem::path& dir);
+
 // World rank 0 only, before any shard is written. Creates the directory and proves it writable.
 // An earlier run in it is refused unless `overwrite` (its files are removed) or `resume`: then its
 // run.json must equal `identity` (the error names each key that differs) and an incomplete

@@ -27,6 +27,14 @@ std::string zero_pad(int64_t value, int width) {
   return digits;
 }
 
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(digits);
+  os << v;
+  return os.str();
+}
+
 std::string excerpt(std::string_view s, std::size_t max_chars) {
   if (s.size() <= max_chars) return std::string(s);
   return std::string(s.substr(0, max_chars)) + "... (" + std::to_string(s.size()) + " bytes)";

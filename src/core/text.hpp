@@ -12,6 +12,9 @@ std::string human_bytes(int64_t bytes);
 // `value` in decimal, left-padded with zeros to at least `width` digits: zero_pad(7, 5) = "00007".
 std::string zero_pad(int64_t value, int width);
 
+// `v` with `digits` digits after the point: fixed(2.345, 1) = "2.3".
+std::string fixed(double v, int digits);
+
 // `s` when at most `max_chars` long, else its first `max_chars` characters followed by
 // "... (N bytes)": user data quoted in an error message stays readable however large it is.
 std::string excerpt(std::string_view s, std::size_t max_chars = 64);

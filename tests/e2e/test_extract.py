@@ -227,6 +227,44 @@ class Extract(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertRegex(p.stderr, r"tensor 'model\.[a-z0-9_.]+' is missing")
 
+    def test_dry_run_plans_and_writes_nothing(self):
+        out = self.tmp / "dry"
+        demo = self.fix / "data" / "demo.jsonl"
+        p = self.extract("llama", demo, out, "--capture", "0,2,last,final", "--max-batch-tokens", "4096",
+                         "--dry-run", "--calibrate-batches", "1")
+        self.assertFalse(out.exists(), "a dry run wrote to --out")
+        samples = read_jsonl(demo)
+        tokens = sum(len(s["input_ids"]) for s in samples)
+        self.assertIn(f"{len(samples)} samples, {tokens} tokens", p.stdout)
+        self.assertIn("4 points x hidden 72 x bfloat16", p.stdout)
+        self.assertIn("free space", p.stdout)
+        self.assertIn("(enough)", p.stdout)
+        self.assertRegex(p.stdout, r"estimate +about \d+ s for the run")
+        # Batches per group: packed in input order up to 4096 tokens, as the real run packs them.
+        batches, used = 0, None
+        for s in samples:
+            n = len(s["input_ids"])
+            if used is None or used + n > 4096:
+                batches, used = batches + 1, 0
+            used += n
+        self.assertIn(f"{tokens} tokens, {batches} batches", p.stdout)
+
+    def test_run_refuses_to_start_without_the_space_its_output_needs(self):
+        mnt = self.tmp / "small-fs"
+        mnt.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)]).returncode != 0:
+            self.skipTest("this machine does not let the test mount a small tmpfs")
+        try:
+            out = mnt / "out"
+            p = self.expect_failure("the output will take about", out=out)
+            self.assertIn("are free at", p.stderr)
+            self.assertIn("--ignore-free-space", p.stderr)
+            self.assertFalse(out.exists(), "--out was created before the refusal")
+            p = self.extract("llama", self.golden, out, "--dry-run", "--calibrate-batches", "0")
+            self.assertIn("NOT enough", p.stdout)
+        finally:
+            subprocess.run(["umount", str(mnt)])
+
     def test_existing_output_needs_overwrite_and_unwritable_output_fails(self):
         out = self.tmp / "out"
         self.extract("llama", self.golden, out, "--capture", "final")
