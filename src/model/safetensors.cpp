@@ -83,8 +83,18 @@ class SafetensorsFile {
         t.name = name;
         t.file = path_;
         t.dtype = dtype_from_safetensors(v.at("dtype").get<std::string>());
-        t.shape = v.at("shape").get<std::vector<int64_t>>();
-        const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+        // Integers only: nlohmann converts a float such as 1e30 to an integer type with undefined
+        // behaviour, so each element's type is checked before it is read.
+        const auto integers = [&](const char* key) -> const json& {
+          const json& a = v.at(key);
+          LT_CHECK(a.is_array(), "'", key, "' is not an array");
+          for (const json& e : a) LT_CHECK(e.is_number_integer(), "'", key, "' holds ", excerpt(e.dump()), ", not an integer");
+          return a;
+        };
+        t.shape = integers("shape").get<std::vector<int64_t>>();
+        const json& offsets = integers("data_offsets");
+        for (const json& e : offsets) LT_CHECK(e.is_number_unsigned(), "'data_offsets' holds a negative offset");
+        const auto off = offsets.get<std::vector<uint64_t>>();
         LT_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size_, "data_offsets out of the file");
         uint64_t n = dtype_size(t.dtype);
         for (int64_t d : t.shape) {

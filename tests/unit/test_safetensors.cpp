@@ -90,6 +90,10 @@ TEST_F(Safetensors, EnforcesTheHeaderRules) {
       {R"({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})", "the tensors cover 24 of the 30 bytes"},
       {R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", "overflows 64 bits"},
       {R"({"a": {"dtype": "F8_E5M2", "shape": [30], "data_offsets": [0, 30]}})", "unsupported safetensors dtype"},
+      // Floats where integers belong (found by fuzzing under UBSan: the conversion was undefined).
+      {R"({"a": {"dtype": "U8", "shape": [1e30], "data_offsets": [0, 30]}})", "'shape' holds 1e+30, not an integer"},
+      {R"({"a": {"dtype": "U8", "shape": [30], "data_offsets": [0, 3e19]}})", "'data_offsets' holds 3e+19, not an integer"},
+      {R"({"a": {"dtype": "U8", "shape": [30], "data_offsets": [-1, 30]}})", "negative offset"},
       {R"([1, 2])", "the header is not a JSON object"},
   };
   for (const auto& row : rows) {
