@@ -4,6 +4,9 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <iostream>
+#include <map>
+#include <numeric>
+#include <optional>
 #include <random>
 
 #include "backend/cpu/cpu_backend.hpp"
@@ -11,8 +14,10 @@
 #include "core/digest.hpp"
 #include "core/error.hpp"
 #include "core/state_compare.hpp"
+#include "core/text.hpp"
 #include "io/output_check.hpp"
 #include "io/shard_reader.hpp"
+#include "model/lm_head.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 
@@ -38,6 +43,8 @@ class Verifier {
       check_shards();
       if (!m_.complete) problem("the manifest marks the run incomplete");
       if (o_.samples != 0) recompute();
+      if (o_.lm_head != 0) score_lm_head();
+      if (o_.token_stats) token_stats();
     } catch (const Error& e) {
       problem(e.what());
     }
@@ -88,33 +95,135 @@ class Verifier {
     }
   }
 
-  // Recomputes chosen samples from their stored tokens and compares every capture point.
-  void recompute() {
-    std::vector<SampleRef> all;
+  // `count` samples of the sound shards (-1: all), chosen by --seed, in file order.
+  std::vector<SampleRef> choose_samples(int64_t count) const {
+    std::vector<SampleRef> chosen;
     for (std::size_t f = 0; f < shard_sizes_.size(); ++f)
-      for (int64_t s = 0; s < shard_sizes_[f]; ++s) all.push_back({f, s});
-    std::vector<SampleRef> chosen = all;
-    if (o_.samples > 0 && std::size_t(o_.samples) < all.size()) {
+      for (int64_t s = 0; s < shard_sizes_[f]; ++s) chosen.push_back({f, s});
+    if (count >= 0 && std::size_t(count) < chosen.size()) {
       std::mt19937_64 rng(o_.seed);
       std::shuffle(chosen.begin(), chosen.end(), rng);
-      chosen.resize(std::size_t(o_.samples));
-      std::sort(chosen.begin(), chosen.end(), [](const SampleRef& a, const SampleRef& b) { return std::tie(a.shard, a.row) < std::tie(b.shard, b.row); });
+      chosen.resize(std::size_t(count));
+      std::sort(chosen.begin(), chosen.end(),
+                [](const SampleRef& a, const SampleRef& b) { return std::tie(a.shard, a.row) < std::tie(b.shard, b.row); });
     }
-    if (chosen.empty()) return;
+    return chosen;
+  }
+
+  struct Model {
+    ModelConfig cfg;
+    std::unique_ptr<Checkpoint> ckpt;
+  };
+
+  // The model (--model, else the manifest's), checked against the manifest's identity; none when
+  // its states could not be compared (another shape), which is reported.
+  std::optional<Model> open_model() {
     const std::string dir = o_.model.empty() ? m_.model_dir : o_.model;
     const std::string config_path = (fs::path(dir) / "config.json").string();
-    const ModelConfig cfg = load_model_config(config_path);
+    Model m{load_model_config(config_path), nullptr};
     if (sha256_file(config_path) != m_.config_sha256)
       problem(cat("model '", dir, "': config.json differs from the one recorded in the manifest"));
     // States of another shape cannot be compared: stop before reading them with this model's sizes.
-    if (cfg.hidden_size != m_.hidden_size || cfg.num_layers != m_.num_layers) {
-      problem(cat("model '", dir, "' has ", cfg.num_layers, " layers of hidden size ", cfg.hidden_size,
-                  ", the manifest ", m_.num_layers, " of ", m_.hidden_size, ": samples not recomputed"));
+    if (m.cfg.hidden_size != m_.hidden_size || m.cfg.num_layers != m_.num_layers) {
+      problem(cat("model '", dir, "' has ", m.cfg.num_layers, " layers of hidden size ", m.cfg.hidden_size,
+                  ", the manifest ", m_.num_layers, " of ", m_.hidden_size, ": its states are not compared"));
+      return std::nullopt;
+    }
+    m.ckpt = std::make_unique<Checkpoint>(checkpoint_files(dir));
+    if (m.ckpt->fingerprint() != m_.weights_fingerprint)
+      problem(cat("model '", dir, "': weights differ from the ones recorded in the manifest"));
+    return m;
+  }
+
+  // The stored `final` states (or `last` through the final norm) of chosen samples through the LM
+  // head, each predicting the next token where that token is loss-masked.
+  void score_lm_head() {
+    const int64_t L = m_.num_layers;
+    const auto final_at = std::find(m_.point_ids.begin(), m_.point_ids.end(), L + 1);
+    const auto last_at = std::find(m_.point_ids.begin(), m_.point_ids.end(), L);
+    if (final_at == m_.point_ids.end() && last_at == m_.point_ids.end()) {
+      problem("--lm-head needs the capture point 'final' or 'last' in the output");
       return;
     }
-    const Checkpoint ckpt(checkpoint_files(dir));
-    if (ckpt.fingerprint() != m_.weights_fingerprint)
-      problem(cat("model '", dir, "': weights differ from the ones recorded in the manifest"));
+    const bool use_final = final_at != m_.point_ids.end();
+    const int64_t p = (use_final ? final_at : last_at) - m_.point_ids.begin();
+    const std::vector<SampleRef> chosen = choose_samples(o_.lm_head);
+    if (chosen.empty()) return;
+    const std::optional<Model> model = open_model();
+    if (!model) return;
+    cpu::set_num_threads(o_.threads);
+    const LmHead head(*model->ckpt, model->cfg);
+    const int64_t P = int64_t(m_.point_ids.size()), H = m_.hidden_size;
+    NextTokenStats stats;
+    for (const SampleRef& ref : chosen) {
+      const io::ShardReader r(shard_files_[ref.shard]);
+      const std::vector<int64_t> off = r.sample_offsets();
+      const int64_t t0 = off[std::size_t(ref.row)], t1 = off[std::size_t(ref.row) + 1];
+      const std::vector<int32_t> ids = r.input_ids();
+      const std::vector<uint8_t> mask = r.loss_mask();
+      const std::vector<float> stored = r.hidden_states(t0, t1);  // [T, P, H]
+      std::vector<float> states;                                   // [n, H]: positions whose next token is masked
+      std::vector<int32_t> targets;
+      for (int64_t t = t0; t + 1 < t1; ++t) {
+        if (!mask[std::size_t(t + 1)]) continue;
+        const float* row = stored.data() + ((t - t0) * P + p) * H;
+        states.insert(states.end(), row, row + H);
+        targets.push_back(ids[std::size_t(t + 1)]);
+      }
+      if (!use_final) head.final_norm(states.data(), int64_t(targets.size()));
+      head.score(states.data(), targets.data(), int64_t(targets.size()), stats);
+    }
+    out_ << "lm head: " << chosen.size() << " sample(s), " << stats.tokens << " loss-masked next tokens predicted from '"
+         << (use_final ? "final" : "last' through the final norm, as 'final") << "': top-1 agreement "
+         << fixed(100 * stats.top1_rate(), 2) << "%, perplexity " << fixed(stats.perplexity(), 3) << "\n";
+    if (stats.top1_rate() < o_.min_top1)
+      problem(cat("lm head: top-1 agreement ", fixed(100 * stats.top1_rate(), 2), "% is below --min-top1 ",
+                  fixed(100 * o_.min_top1, 2), "%: a wrong layer, model or token alignment?"));
+  }
+
+  // Frequencies of the loss-masked tokens over every sound shard: what an EAGLE-3 trainer builds its
+  // draft vocabulary from.
+  void token_stats() {
+    std::map<int32_t, int64_t> count;
+    int64_t masked = 0;
+    for (std::size_t f = 0; f < shard_files_.size(); ++f) {
+      if (shard_sizes_[f] == 0) continue;
+      const io::ShardReader r(shard_files_[f]);
+      const std::vector<int32_t> ids = r.input_ids();
+      const std::vector<uint8_t> mask = r.loss_mask();
+      for (std::size_t t = 0; t < ids.size(); ++t)
+        if (mask[t]) {
+          ++count[ids[t]];
+          ++masked;
+        }
+    }
+    std::vector<int64_t> freq;
+    for (const auto& [id, n] : count) freq.push_back(n);
+    std::sort(freq.rbegin(), freq.rend());
+    out_ << "tokens: " << masked << " loss-masked, " << count.size() << " distinct";
+    for (std::size_t k : {1000, 8000, 32000}) {
+      if (count.size() <= k / 2) continue;
+      const int64_t covered = std::accumulate(freq.begin(), freq.begin() + long(std::min(k, freq.size())), int64_t(0));
+      out_ << "; the " << k << " most frequent cover " << fixed(100.0 * double(covered) / double(masked), 2) << "%";
+    }
+    out_ << "\n";
+    std::vector<std::pair<int64_t, int32_t>> top;
+    for (const auto& [id, n] : count) top.push_back({n, id});
+    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    out_ << "tokens: most frequent (id x count):";
+    for (std::size_t i = 0; i < std::min<std::size_t>(10, top.size()); ++i)
+      out_ << " " << top[i].second << "x" << top[i].first;
+    out_ << "\n";
+  }
+
+  // Recomputes chosen samples from their stored tokens and compares every capture point.
+  void recompute() {
+    const std::vector<SampleRef> chosen = choose_samples(o_.samples);
+    if (chosen.empty()) return;
+    const std::optional<Model> model = open_model();
+    if (!model) return;
+    const ModelConfig& cfg = model->cfg;
+    const Checkpoint& ckpt = *model->ckpt;
     SoloComm comm;
     cpu::set_num_threads(o_.threads);
     CpuBackend backend(cfg, load_weights(ckpt, cfg, TpShard{}), comm);
@@ -194,6 +303,14 @@ bool parse_verify_options(const std::vector<std::string>& args, VerifyOptions& o
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed that chooses the samples")
       ("model", po::value(&o.model), "model directory (default: the one recorded in the manifest)")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products (0 = all cores)")
+      ("lm-head", po::value(&o.lm_head)->default_value(o.lm_head),
+       "samples (-1 = all) whose stored 'final' states (or 'last' through the final norm) go through the "
+       "checkpoint's LM head: top-1 agreement with the next loss-masked token and the perplexity")
+      ("min-top1", po::value(&o.min_top1)->default_value(o.min_top1),
+       "with --lm-head: fail when the top-1 agreement (a fraction, e.g. 0.3) is lower")
+      ("token-stats", po::bool_switch(&o.token_stats),
+       "frequencies of the loss-masked tokens: distinct ids, the coverage of the most frequent 1k/8k/32k "
+       "(the draft vocabulary EAGLE-3 trainers build), the top ids")
       ("help,h", "print this help");
   po::positional_options_description pos;
   pos.add("out", 1);
@@ -214,6 +331,8 @@ bool parse_verify_options(const std::vector<std::string>& args, VerifyOptions& o
     LT_FAIL(e.what(), " (see 'layertap verify --help')");
   }
   LT_CHECK(o.samples >= -1, "--samples must be -1 (all), 0 or positive");
+  LT_CHECK(o.lm_head >= -1, "--lm-head must be -1 (all), 0 or positive");
+  LT_CHECK(o.min_top1 >= 0 && o.min_top1 <= 1, "--min-top1 must be a fraction in [0, 1]");
   o.out_dir = dir;
   return true;
 }

@@ -4,6 +4,9 @@ tools/corrupt_output.py: swapped points, a point shifted by one layer, `last` st
 `final`, a sample shifted by one token, two samples exchanged (these with the manifest's
 checksums updated, so only recomputation can tell), a truncated shard and a flipped byte."""
 import argparse
+import collections
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -11,7 +14,22 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import h5py
+import numpy as np
+
 ARGS = None
+
+
+def read_safetensors(path):
+    """Float32 tensors of a safetensors file."""
+    raw = Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    return {name: np.frombuffer(data[t["data_offsets"][0]:t["data_offsets"][1]], dtype=np.float32).reshape(t["shape"])
+            for name, t in header.items() if name != "__metadata__" and t["dtype"] == "F32"}
+
+
 CAPTURE = "0,2,last,final"  # point ids 0, 2, 4, 5 on the 4-layer fixture
 
 
@@ -116,6 +134,70 @@ class Verify(unittest.TestCase):
             self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
             self.assertIn("malformed JSON", p.stdout)
             self.assertTrue(p.stdout.splitlines()[-1].startswith("FAILED"), p.stdout)
+
+    def test_lm_head_and_token_statistics_match_numpy(self):
+        """verify --lm-head scores stored `final` states (or `last` through the final norm) through the
+        checkpoint's LM head; its figures equal a numpy computation from the shards and weights."""
+        last_only = self.tmp / "last-only"
+        if not last_only.exists():
+            subprocess.run([ARGS.layertap, "extract", "--model", self.model, "--data",
+                            Path(ARGS.fixtures) / "data" / "golden.jsonl", "--out", last_only, "--capture", "last",
+                            "--log-level", "warning"], check=True)
+        weights = read_safetensors(self.model / "model.safetensors")
+        cfg = json.loads((self.model / "config.json").read_text())
+        head = weights["lm_head.weight"].astype(np.float64)  # [V, H]
+        norm = weights["model.norm.weight"].astype(np.float64)
+
+        def expected(out, point, through_norm):
+            hits = count = 0
+            nll = 0.0
+            manifest = json.loads((out / "manifest.json").read_text())
+            for shard in manifest["shards"]:
+                with h5py.File(out / shard["file"], "r") as h:
+                    off, ids, mask = h["sample_offsets"][:], h["input_ids"][:], h["loss_mask"][:]
+                    hs = h["hidden_states"][:, point].astype(np.float64)  # [T, H]
+                for s in range(len(off) - 1):
+                    for t in range(off[s], off[s + 1] - 1):
+                        if not mask[t + 1]:
+                            continue
+                        x = hs[t]
+                        if through_norm:
+                            x = norm * x.astype(np.float32) / np.sqrt(np.mean(x.astype(np.float32) ** 2) + cfg["rms_norm_eps"])
+                        logits = head @ x
+                        top = logits.max()
+                        nll += np.log(np.exp(logits - top).sum()) + top - logits[ids[t + 1]]
+                        hits += int(np.argmax(logits) == ids[t + 1])
+                        count += 1
+            return hits, count, np.exp(nll / count)
+
+        for out, point, through_norm in [(self.good, 3, False), (last_only, 0, True)]:
+            with self.subTest(out=out.name):
+                p = subprocess.run([ARGS.layertap, "verify", out, "--samples", "0", "--lm-head", "-1"],
+                                   capture_output=True, text=True, timeout=120)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                hits, count, ppl = expected(out, point, through_norm)
+                m = re.search(r"(\d+) loss-masked next tokens .* top-1 agreement ([\d.]+)%, perplexity ([\d.]+)", p.stdout)
+                self.assertIsNotNone(m, p.stdout)
+                self.assertEqual(int(m.group(1)), count)
+                self.assertAlmostEqual(float(m.group(2)), 100 * hits / count, delta=100 / count + 0.01)
+                self.assertAlmostEqual(float(m.group(3)) / ppl, 1.0, delta=1e-3)
+        # A demand the output cannot meet fails the verification.
+        p = subprocess.run([ARGS.layertap, "verify", self.good, "--samples", "0", "--lm-head", "2", "--min-top1", "0.9"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("below --min-top1 90.00%", p.stdout)
+
+        p = subprocess.run([ARGS.layertap, "verify", self.good, "--samples", "0", "--token-stats"],
+                           capture_output=True, text=True, timeout=120)
+        ids = []
+        manifest = json.loads((self.good / "manifest.json").read_text())
+        for shard in manifest["shards"]:
+            with h5py.File(self.good / shard["file"], "r") as h:
+                ids += [int(i) for i, m in zip(h["input_ids"][:], h["loss_mask"][:]) if m]
+        counts = collections.Counter(ids)
+        self.assertIn(f"tokens: {len(ids)} loss-masked, {len(counts)} distinct", p.stdout)
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+        self.assertIn("most frequent (id x count): " + " ".join(f"{i}x{n}" for i, n in top), p.stdout)
 
     def test_missing_manifest(self):
         out = self.corrupted("swap-points", 0, 0)
