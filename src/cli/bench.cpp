@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -41,6 +43,27 @@ std::vector<std::int64_t> parse_int_list(const std::string& key, const std::stri
   while (std::getline(ss, item, ',')) out.push_back(parse_int(key, item, 1));
   LT_CHECK(!out.empty(), "bench: --", key, " expects a comma-separated list of token counts");
   return out;
+}
+
+std::vector<std::string> split_list(const std::string& v) {
+  std::vector<std::string> out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+double parse_positive(const std::string& key, const std::string& v) {
+  double x = 0;
+  std::size_t used = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  LT_CHECK(used == v.size() && !v.empty() && x > 0 && std::isfinite(x), "bench: --", key,
+           " expects a positive number, not '", v, "'");
+  return x;
 }
 
 // N capture points: the eagle3 preset for 4; otherwise floor(k L / N) for k = 1..N-1, then final.
@@ -139,10 +162,24 @@ std::string fixed(double v, int decimals) {
 
 std::string bench_usage() {
   return "Usage: layertap bench [options]\n\n"
-         "Runs the CUDA backend on a synthetic model (random bf16 weights made on the GPU) and prints\n"
-         "tokens/s without and with capture, the capture overhead, the cuBLASLt bf16 GEMM rate on the\n"
-         "model's product shapes and tokens/s as a fraction of the GEMM-bound limit.\n\n"
-         "  --synthetic NAME      llama3-8b (default), qwen3-8b, tiny\n"
+         "Runs the CUDA backend on a synthetic model (random weights made on the GPU; quantized ones\n"
+         "packed as the checkpoint stores them) and prints tokens/s without and with capture and the\n"
+         "capture overhead; for dense models the cuBLASLt bf16 GEMM rate on the model's product shapes\n"
+         "and tokens/s as a fraction of the GEMM-bound limit; for MoE models per-layer times, the\n"
+         "expert load on this rank, and (with --tp-shard N) the N-GPU group's projected tokens/s.\n\n"
+         "  --synthetic NAME      llama3-8b (default), qwen3-8b, tiny (dense); kimi-k2.5 (MLA, MoE,\n"
+         "                        INT4 experts), deepseek-v3 (MLA, MoE, FP8), qwen3-30b-a3b (MoE),\n"
+         "                        tiny-moe (MLA, MoE, INT4; seconds)\n"
+         "  --tp-shard N          run one rank's share of an N-GPU tensor-parallel group (default 1);\n"
+         "                        its all-reduces are modelled from --bus-gbs, not run\n"
+         "  --tp-rank R           which rank's share (default 0: it holds the hottest Zipf experts)\n"
+         "  --moe-split S         experts (default: whole experts per rank) or intermediate\n"
+         "  --layers N            build N layers (default: all, or as many as fit; the count is printed)\n"
+         "  --routing LIST        MoE expert loads: uniform (random router), zipf (default both)\n"
+         "  --zipf-s S            zipf skew: expert e's router logit offset by -S ln(e + 1) (default 1)\n"
+         "  --bus-gbs LIST        all-reduce bus bandwidths of the projection in GB/s (default 450,50:\n"
+         "                        NVLink-class, PCIe Gen5 x16)\n"
+         "  --baseline TOKS       published tokens/s to compare with (default 2280)\n"
          "  --tokens LIST         tokens per packed batch, comma-separated (default 8192,16384)\n"
          "  --points N            N capture points: 4 = eagle3 (default); else N-1 layer inputs\n"
          "                        spread evenly, then final\n"
@@ -156,7 +193,98 @@ std::string bench_usage() {
          "  --seed N              weights and tokens seed (default 1)\n";
 }
 
-ModelConfig synthetic_model_config(const std::string& name) {
+namespace {
+
+// Text configs of the MoE models, as their config.json files spell them (shapes of the released
+// checkpoints; the values of random weights do not matter for timing).
+const char* kKimiK25 = R"json({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
+  "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 64, "num_key_value_heads": 64,
+  "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1,
+  "first_k_dense_replace": 1, "moe_layer_freq": 1, "routed_scaling_factor": 2.827, "norm_topk_prob": true,
+  "topk_method": "noaux_tc", "scoring_func": "sigmoid", "q_lora_rank": 1536, "kv_lora_rank": 512,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 163840,
+  "max_position_embeddings": 262144, "rms_norm_eps": 1e-5, "rope_theta": 50000.0,
+  "rope_scaling": {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                   "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+  "attention_bias": false, "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false,
+  "quantization_config": {
+    "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+    "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null, "output_activations": null,
+      "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32,
+                  "dynamic": false, "actorder": null, "block_structure": null, "observer": "minmax",
+                  "observer_kwargs": {}}}},
+    "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+               "re:.*lm_head.*"],
+    "kv_cache_scheme": null}
+})json";
+
+const char* kDeepseekV3 = R"json({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
+  "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+  "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+  "first_k_dense_replace": 3, "moe_layer_freq": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": true,
+  "topk_method": "noaux_tc", "scoring_func": "sigmoid", "q_lora_rank": 1536, "kv_lora_rank": 512,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+  "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+  "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+  "attention_bias": false, "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false,
+  "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                          "weight_block_size": [128, 128]}
+})json";
+
+const char* kQwen3_30B_A3B = R"json({
+  "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 6144,
+  "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+  "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
+  "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+  "rope_theta": 1000000.0, "attention_bias": false, "hidden_act": "silu", "torch_dtype": "bfloat16",
+  "tie_word_embeddings": false
+})json";
+
+// Kimi-K2.5's kinds of parts (MLA with qk 192 / v 128 heads, grouped sigmoid routing, INT4
+// experts, a dense first layer) at a size that builds and runs in seconds.
+const char* kTinyMoe = R"json({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 512, "intermediate_size": 1024,
+  "moe_intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+  "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2,
+  "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": true, "q_lora_rank": 128,
+  "kv_lora_rank": 128, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 1000,
+  "max_position_embeddings": 65536, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+  "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+  "hidden_act": "silu", "torch_dtype": "bfloat16",
+  "quantization_config": {
+    "quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"],
+      "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32}}},
+    "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]}
+})json";
+
+// `json` with its num_hidden_layers replaced by `layers` (> 0).
+std::string with_layers(std::string json, std::int64_t layers) {
+  const std::string key = "\"num_hidden_layers\": ";
+  const std::size_t at = json.find(key);
+  LT_CHECK(at != std::string::npos, "bench: synthetic config without num_hidden_layers");
+  const std::size_t end = json.find(',', at);
+  return json.replace(at + key.size(), end - at - key.size(), std::to_string(layers));
+}
+
+}  // namespace
+
+std::vector<std::string> synthetic_model_names() {
+  return {"llama3-8b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe"};
+}
+
+ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers) {
+  LT_CHECK(layers >= 0, "bench: --layers must be positive");
+  const std::map<std::string, const char*> json = {
+      {"kimi-k2.5", kKimiK25}, {"deepseek-v3", kDeepseekV3}, {"qwen3-30b-a3b", kQwen3_30B_A3B}, {"tiny-moe", kTinyMoe}};
+  if (const auto it = json.find(name); it != json.end()) {
+    const std::string text = layers > 0 ? with_layers(it->second, layers) : std::string(it->second);
+    return parse_model_config(text, "synthetic " + name);
+  }
   ModelConfig c;
   c.torch_dtype = DType::BF16;
   if (name == "llama3-8b") {  // Llama-3.1-8B
@@ -176,10 +304,29 @@ ModelConfig synthetic_model_config(const std::string& name) {
     c.hidden_size = 256, c.num_layers = 8, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 64;
     c.intermediate_size = 512, c.vocab_size = 1000, c.rms_norm_eps = 1e-5;
   } else {
-    LT_FAIL("unknown synthetic model '", name, "' (llama3-8b, qwen3-8b, tiny)");
+    std::string names;
+    for (const std::string& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
+    LT_FAIL("unknown synthetic model '", name, "' (", names, ")");
   }
+  if (layers > 0) c.num_layers = layers;
   c.sliding_window.assign(std::size_t(c.num_layers), 0);
   return c;
+}
+
+TpProjection project_tp(std::int64_t tokens, std::int64_t hidden, std::int64_t layers, int ranks, double bus_gbs,
+                        double rank_forward_ms) {
+  TpProjection p;
+  const double bytes = double(tokens) * double(hidden) * 2.0;  // bf16
+  p.allreduce_ms = ranks > 1 ? 2.0 * double(ranks - 1) / double(ranks) * bytes / (bus_gbs * 1e9) * 1e3 : 0.0;
+  p.step_ms = rank_forward_ms + 2.0 * double(layers) * p.allreduce_ms;
+  p.tokens_per_s = double(tokens) / (p.step_ms * 1e-3);
+  return p;
+}
+
+std::vector<float> zipf_logit_offsets(std::int64_t experts, double s) {
+  std::vector<float> o(std::size_t(std::max<std::int64_t>(experts, 0)));
+  for (std::size_t e = 0; e < o.size(); ++e) o[e] = float(-s * std::log(double(e) + 1.0));
+  return o;
 }
 
 bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, std::ostream& out) {
@@ -210,85 +357,303 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
     else if (key == "attention") o.attention = value;
     else if (key == "device") o.device = int(parse_int(key, value, 0));
     else if (key == "seed") o.seed = std::uint64_t(parse_int(key, value, 0));
-    else LT_FAIL("bench: unknown option --", key, " (see --help)");
+    else if (key == "tp-shard") o.tp_shard = int(parse_int(key, value, 1));
+    else if (key == "tp-rank") o.tp_rank = int(parse_int(key, value, 0));
+    else if (key == "moe-split") o.moe_split = value;
+    else if (key == "layers") o.layers = parse_int(key, value, 1);
+    else if (key == "routing") o.routing = split_list(value);
+    else if (key == "zipf-s") o.zipf_s = parse_positive(key, value);
+    else if (key == "baseline") o.baseline = parse_positive(key, value);
+    else if (key == "bus-gbs") {
+      o.bus_gbs.clear();
+      for (const std::string& b : split_list(value)) o.bus_gbs.push_back(parse_positive(key, b));
+      LT_CHECK(!o.bus_gbs.empty(), "bench: --bus-gbs expects a comma-separated list of GB/s");
+    } else LT_FAIL("bench: unknown option --", key, " (see --help)");
   }
-  const ModelConfig c = synthetic_model_config(o.model);  // validates the name
+  LT_CHECK(o.tp_rank < o.tp_shard, "bench: --tp-rank ", o.tp_rank, " is not below --tp-shard ", o.tp_shard);
+  (void)parse_moe_split(o.moe_split);
+  LT_CHECK(!o.routing.empty(), "bench: --routing expects uniform, zipf or both");
+  for (const std::string& r : o.routing)
+    LT_CHECK(r == "uniform" || r == "zipf", "bench: --routing takes uniform and zipf, not '", r, "'");
+  const ModelConfig c = synthetic_model_config(o.model, o.layers);  // validates the name
+  check_tp_divisibility(c, TpShard{o.tp_rank, o.tp_shard, parse_moe_split(o.moe_split)});
   if (points > 0) o.capture = points_spec(points, c.num_layers);
   (void)resolve_capture(o.capture, c.num_layers);  // validates the points
   (void)cuda::parse_attention_kernel(o.attention);
   return true;
 }
 
+namespace {
+
+// One tensor-parallel rank whose all-reduces are not run (the benchmark models their time): it
+// counts them, so the report can say how many a forward needs.
+class ModelledAllReduce final : public DeviceAllReduce {
+ public:
+  ModelledAllReduce(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum_bf16(void*, std::int64_t, cudaStream_t) override { ++calls; }
+  std::int64_t calls = 0;
+
+ private:
+  int rank_, size_;
+};
+
+std::string gib(std::size_t bytes) { return fixed(double(bytes) / double(std::size_t(1) << 30), 2) + " GiB"; }
+
+// Device bytes the rank's share of `cfg` needs (weights, scratch, workspace, headroom).
+std::size_t bytes_needed(const ModelConfig& cfg, const TpShard& shard, const cuda::CudaBackendOptions& bo) {
+  const cuda::LocalShape s = cuda::LocalShape::of(cfg, shard, cuda::PackedSource::Config);
+  const cuda::MemoryPlan p = cuda::plan_memory(s, bo);
+  return p.weight_bytes + p.scratch_bytes + p.workspace_bytes + cuda::kDeviceHeadroomBytes;
+}
+
+// The most layers (at most the model's) whose rank share fits in `free_bytes`; 0 if not even 2.
+std::int64_t layers_that_fit(const std::string& model, const TpShard& shard, const cuda::CudaBackendOptions& bo,
+                             std::size_t free_bytes) {
+  const std::int64_t full = synthetic_model_config(model).num_layers;
+  for (std::int64_t L = full; L >= 2; --L)
+    if (bytes_needed(synthetic_model_config(model, L), shard, bo) <= free_bytes) return L;
+  return 0;
+}
+
+const char* bus_label(double gbs) {
+  if (gbs >= 200) return "NVLink-class";
+  if (gbs >= 40) return "PCIe Gen5 x16";
+  return "slower bus";
+}
+
+double mean_of(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+}  // namespace
+
 int run_bench(const BenchOptions& o, std::ostream& out) {
   const int devices = cuda::visible_device_count();
   LT_CHECK(devices > o.device, "bench: GPU ", o.device, " is not visible (", devices, " CUDA device(s))");
   cuda::select_device(o.device);
-  const ModelConfig cfg = synthetic_model_config(o.model);
-  const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
-  CapturePlan none = plan;
-  none.points.clear();
+  const ModelConfig full_cfg = synthetic_model_config(o.model);
+  const TpShard shard{o.tp_rank, o.tp_shard, parse_moe_split(o.moe_split)};
+  const bool moe = full_cfg.moe.has_value();
 
   cuda::CudaBackendOptions bo;
   bo.max_batch_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
-  bo.max_capture_points = std::int64_t(plan.points.size());
+  bo.max_capture_points = std::int64_t(resolve_capture(o.capture, full_cfg.num_layers).points.size());
   bo.attention = cuda::parse_attention_kernel(o.attention);
-  SoloDeviceAllReduce solo;
+  bo.moe_split = shard.moe_split;
+  bo.profile_layers = moe;
   out << kernels::cuda_runtime_summary();
+
+  // All layers if they fit, else as many as do (the per-layer times then stand for the rest).
+  std::int64_t L = o.layers;
+  if (L == 0) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    LT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    L = layers_that_fit(o.model, shard, bo, free_bytes);
+    LT_CHECK(L > 0, "bench: not even 2 layers of ", o.model, " (rank ", o.tp_rank, " of ", o.tp_shard,
+             ") fit in the GPU's ", gib(free_bytes), " free; raise --tp-shard or lower --tokens");
+  }
+  const ModelConfig cfg = synthetic_model_config(o.model, L);
+  const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
+  CapturePlan none = plan;
+  none.points.clear();
+  ModelledAllReduce comm(o.tp_rank, o.tp_shard);
   const auto t_build = Clock::now();
-  const auto backend = cuda::CudaBackend::synthetic(cfg, solo, bo, o.seed);
+  const auto backend = cuda::CudaBackend::synthetic(cfg, comm, bo, o.seed);
+  const cuda::LocalShape& shape = backend->shape();
   out << "backend: " << backend->description() << "\n";
   out << "synthetic " << o.model << " built on the device in "
-      << fixed(std::chrono::duration<double>(Clock::now() - t_build).count(), 2) << " s\n";
-  const std::int64_t params = backend->shape().layer_matmul_params();  // tp 1: the whole model's
+      << fixed(std::chrono::duration<double>(Clock::now() - t_build).count(), 2) << " s: " << L << " of "
+      << full_cfg.num_layers << " layers" << (L < full_cfg.num_layers ? " (as many as fit; per-layer times stand "
+                                                                          "for the others)" : "")
+      << "\n";
+  const std::int64_t params = shape.layer_matmul_params();
   std::string points;
   for (const CapturePoint& p : plan.points) points += cat(points.empty() ? "" : ",", p.spec);
   out << "model: " << cfg.architecture << ", " << cfg.num_layers << " layers, hidden " << cfg.hidden_size << ", heads "
-      << cfg.num_heads << "/" << cfg.num_kv_heads << " x " << cfg.head_dim << ", intermediate " << cfg.intermediate_size
-      << ", vocab " << cfg.vocab_size << "; matmul params (non-embedding) " << fixed(double(params) / 1e9, 3) << "e9\n";
+      << cfg.num_heads << "/" << cfg.num_kv_heads;
+  if (cfg.mla)
+    out << " MLA (q_lora " << cfg.mla->q_lora_rank << ", kv_lora " << cfg.mla->kv_lora_rank << ", qk "
+        << cfg.mla->qk_head_dim() << ", v " << cfg.mla->v_head_dim << ")";
+  else
+    out << " x " << cfg.head_dim;
+  out << ", intermediate " << cfg.intermediate_size;
+  if (moe)
+    out << ", " << cfg.moe->num_experts << " experts of " << cfg.moe->expert_intermediate_size << " (top "
+        << cfg.moe->experts_per_token << ", " << cfg.moe->num_shared_experts << " shared)";
+  out << ", vocab " << cfg.vocab_size << ", weights " << cfg.quant.describe() << "\n";
+  out << "this rank: " << o.tp_rank << " of " << o.tp_shard << " (--moe-split " << o.moe_split << "): heads "
+      << shape.heads;
+  if (moe)
+    out << ", experts " << shape.first_expert << ".." << shape.first_expert + shape.local_experts - 1
+        << " (intermediate " << shape.expert_inter << "), shared slice " << shape.shared_inter;
+  const cuda::MemoryPlan& mem = backend->memory();
+  out << "; weights " << gib(mem.weight_bytes) << " (packed " << gib(mem.packed_bytes) << "), dequantization scratch "
+      << gib(mem.scratch_bytes) << ", workspace " << gib(mem.workspace_bytes) << "; matmul params per token "
+      << fixed(double(params) / 1e9, 3) << "e9\n";
   out << "capture: '" << o.capture << "' = points " << points << "; samples of " << o.sample_tokens
       << " tokens; median of " << o.iters << " forwards per mode, interleaved\n\n";
 
-  struct Row {
-    std::int64_t T;
-    double plain, captured, gemm;
-    GemmRates rates;
-  };
-  std::vector<Row> rows;
-  for (const std::int64_t T : o.tokens) {
-    const PackedBatch batch = make_batch(T, o.sample_tokens, cfg.vocab_size, o.seed + std::uint64_t(T));
-    const auto plain = [&] { (void)backend->forward(batch, none, DType::BF16); };
-    const auto captured = [&] { (void)backend->forward(batch, plan, DType::BF16); };
-    for (int i = 0; i < o.warmup; ++i) {
-      plain();
-      captured();
+  if (!moe) {
+    struct Row {
+      std::int64_t T;
+      double plain, captured, gemm;
+      GemmRates rates;
+    };
+    std::vector<Row> rows;
+    for (const std::int64_t T : o.tokens) {
+      const PackedBatch batch = make_batch(T, o.sample_tokens, cfg.vocab_size, o.seed + std::uint64_t(T));
+      const auto plain = [&] { (void)backend->forward(batch, none, DType::BF16); };
+      const auto captured = [&] { (void)backend->forward(batch, plan, DType::BF16); };
+      for (int i = 0; i < o.warmup; ++i) {
+        plain();
+        captured();
+      }
+      std::vector<double> t_plain, t_captured;
+      for (int i = 0; i < o.iters; ++i) {  // interleaved: drift in clocks affects both modes alike
+        t_plain.push_back(seconds_of(plain));
+        t_captured.push_back(seconds_of(captured));
+      }
+      Row r{T, double(T) / median(t_plain), double(T) / median(t_captured), 0, measure_gemm(*backend, T, o.gemm_iters)};
+      r.gemm = r.rates.overall;
+      rows.push_back(r);
+      out << "T=" << T << ": forward " << fixed(median(t_plain) * 1e3, 2) << " ms, with capture "
+          << fixed(median(t_captured) * 1e3, 2) << " ms; GEMM TFLOP/s qkv " << fixed(r.rates.tflops["qkv"], 1)
+          << ", o " << fixed(r.rates.tflops["o"], 1) << ", gate_up " << fixed(r.rates.tflops["gate_up"], 1)
+          << ", down " << fixed(r.rates.tflops["down"], 1) << "\n";
     }
-    std::vector<double> t_plain, t_captured;
-    for (int i = 0; i < o.iters; ++i) {  // interleaved: drift in clocks affects both modes alike
-      t_plain.push_back(seconds_of(plain));
-      t_captured.push_back(seconds_of(captured));
+    out << "\n tokens | no capture tok/s | capture tok/s | overhead | GEMM TFLOP/s | GEMM-bound tok/s | "
+           "fraction (no capture) | fraction (capture)\n";
+    for (const Row& r : rows) {
+      const double limit = r.gemm * 1e12 / (2.0 * double(params));
+      char line[256];
+      std::snprintf(line, sizeof line, " %6lld | %16.0f | %13.0f | %7.2f%% | %12.1f | %16.0f | %21.3f | %18.3f\n",
+                    static_cast<long long>(r.T), r.plain, r.captured, 100.0 * (r.plain / r.captured - 1.0), r.gemm,
+                    limit, r.plain / limit, r.captured / limit);
+      out << line;
     }
-    Row r{T, double(T) / median(t_plain), double(T) / median(t_captured), 0, measure_gemm(*backend, T, o.gemm_iters)};
-    r.gemm = r.rates.overall;
-    rows.push_back(r);
-    out << "T=" << T << ": forward " << fixed(median(t_plain) * 1e3, 2) << " ms, with capture "
-        << fixed(median(t_captured) * 1e3, 2) << " ms; GEMM TFLOP/s qkv " << fixed(r.rates.tflops["qkv"], 1) << ", o "
-        << fixed(r.rates.tflops["o"], 1) << ", gate_up " << fixed(r.rates.tflops["gate_up"], 1) << ", down "
-        << fixed(r.rates.tflops["down"], 1) << "\n";
+    out << "\noverhead = time with capture / time without - 1. GEMM-bound tok/s = measured GEMM rate / (2 x "
+           "matmul params). Capture = device-to-host copies of the points into the returned vectors (no file "
+           "writing).\n";
+    return 0;
   }
 
-  out << "\n tokens | no capture tok/s | capture tok/s | overhead | GEMM TFLOP/s | GEMM-bound tok/s | "
-         "fraction (no capture) | fraction (capture)\n";
+  // MoE: per routing and batch size, the rank's forward with and without capture, its per-layer
+  // times, the load on its experts; then the whole model's forward (scaled to every layer when
+  // fewer were built) and the group's projection.
+  struct Row {
+    std::string routing;
+    std::int64_t T = 0;
+    double plain_ms = 0, captured_ms = 0;    // built layers, measured
+    double dense_ms = 0, moe_ms = 0, moe_min = 0, moe_max = 0;  // mean per layer
+    double full_ms = 0, full_captured_ms = 0;  // every layer of the model
+    double rows = 0, busiest = 0;            // mean per MoE layer
+  };
+  std::vector<Row> rows;
+  std::int64_t full_dense = 0, full_moe = 0;
+  for (std::int64_t i = 0; i < full_cfg.num_layers; ++i) (full_cfg.is_moe_layer(i) ? full_moe : full_dense) += 1;
+  const std::int64_t per_forward_allreduces = 2 * cfg.num_layers;
+  for (const std::string& routing : o.routing) {
+    backend->set_routing_skew(routing == "zipf" ? zipf_logit_offsets(shape.experts, o.zipf_s) : std::vector<float>{});
+    for (const std::int64_t T : o.tokens) {
+      const PackedBatch batch = make_batch(T, o.sample_tokens, cfg.vocab_size, o.seed + std::uint64_t(T));
+      std::vector<double> layer_sum(std::size_t(cfg.num_layers), 0.0);
+      const auto plain = [&] {
+        (void)backend->forward(batch, none, DType::BF16);
+        for (std::size_t i = 0; i < layer_sum.size(); ++i) layer_sum[i] += backend->layer_ms()[i];
+      };
+      const auto captured = [&] { (void)backend->forward(batch, plan, DType::BF16); };
+      for (int i = 0; i < o.warmup; ++i) {
+        plain();
+        captured();
+      }
+      std::fill(layer_sum.begin(), layer_sum.end(), 0.0);
+      comm.calls = 0;
+      std::vector<double> t_plain, t_captured;
+      for (int i = 0; i < o.iters; ++i) {
+        t_plain.push_back(seconds_of(plain));
+        t_captured.push_back(seconds_of(captured));
+      }
+      Row r;
+      r.routing = routing == "zipf" ? cat("zipf(", fixed(o.zipf_s, 2), ")") : routing;
+      r.T = T;
+      r.plain_ms = median(t_plain) * 1e3;
+      r.captured_ms = median(t_captured) * 1e3;
+      std::vector<double> dense, moe_layers, moe_rows, busiest;
+      double layers_total = 0;
+      for (std::int64_t i = 0; i < cfg.num_layers; ++i) {
+        const double ms = layer_sum[std::size_t(i)] / o.iters;
+        layers_total += ms;
+        if (cfg.is_moe_layer(i)) {
+          moe_layers.push_back(ms);
+          moe_rows.push_back(double(backend->moe_rows()[std::size_t(i)]));
+          busiest.push_back(double(backend->moe_busiest()[std::size_t(i)]));
+        } else {
+          dense.push_back(ms);
+        }
+      }
+      r.dense_ms = mean_of(dense);
+      r.moe_ms = mean_of(moe_layers);
+      r.moe_min = moe_layers.empty() ? 0 : *std::min_element(moe_layers.begin(), moe_layers.end());
+      r.moe_max = moe_layers.empty() ? 0 : *std::max_element(moe_layers.begin(), moe_layers.end());
+      r.rows = mean_of(moe_rows);
+      r.busiest = mean_of(busiest);
+      // Outside the layers: embedding, final norm, metadata, the host's share.
+      const double other = std::max(0.0, r.plain_ms - layers_total);
+      r.full_ms = cfg.num_layers == full_cfg.num_layers
+                      ? r.plain_ms
+                      : other + double(full_dense) * r.dense_ms + double(full_moe) * r.moe_ms;
+      r.full_captured_ms = r.full_ms + (r.captured_ms - r.plain_ms);
+      rows.push_back(r);
+      const double uniform_rows = double(T) * double(shape.top_k) * double(shape.local_experts) / double(shape.experts);
+      out << "routing " << r.routing << ", " << T << " tokens: forward " << fixed(r.plain_ms, 2) << " ms, with capture "
+          << fixed(r.captured_ms, 2) << " ms (" << cfg.num_layers << " layers, " << comm.calls / (2 * o.iters)
+          << " all-reduces per forward, modelled); layers: dense " << fixed(r.dense_ms, 3) << " ms, MoE mean "
+          << fixed(r.moe_ms, 3) << " (min " << fixed(r.moe_min, 3) << ", max " << fixed(r.moe_max, 3)
+          << ") ms; (token, expert) rows on this rank's experts per MoE layer " << fixed(r.rows, 0)
+          << " (uniform share " << fixed(uniform_rows, 0) << "), busiest expert " << fixed(r.busiest, 0)
+          << " rows (mean " << fixed(r.rows / double(shape.local_experts), 0) << ")\n";
+    }
+  }
+
+  out << "\n per-layer | routing    | tokens | dense layer ms | dense tok/s | MoE layer ms | MoE tok/s | forward ms ("
+      << full_cfg.num_layers << " layers) | rank tok/s | capture overhead\n";
   for (const Row& r : rows) {
-    const double limit = r.gemm * 1e12 / (2.0 * double(params));
-    char line[256];
-    std::snprintf(line, sizeof line, " %6lld | %16.0f | %13.0f | %7.2f%% | %12.1f | %16.0f | %21.3f | %18.3f\n",
-                  static_cast<long long>(r.T), r.plain, r.captured, 100.0 * (r.plain / r.captured - 1.0), r.gemm,
-                  limit, r.plain / limit, r.captured / limit);
+    char line[320];
+    std::snprintf(line, sizeof line, " per-layer | %-10s | %6lld | %14.3f | %11.0f | %12.3f | %9.0f | %*.1f | %10.0f | %15.2f%%\n",
+                  r.routing.c_str(), static_cast<long long>(r.T), r.dense_ms,
+                  r.dense_ms > 0 ? double(r.T) / (r.dense_ms * 1e-3) : 0.0, r.moe_ms,
+                  r.moe_ms > 0 ? double(r.T) / (r.moe_ms * 1e-3) : 0.0,
+                  int(cat("forward ms (", full_cfg.num_layers, " layers)").size()), r.full_ms,
+                  double(r.T) / (r.full_ms * 1e-3), 100.0 * (r.captured_ms / r.plain_ms - 1.0));
     out << line;
   }
-  out << "\noverhead = time with capture / time without - 1. GEMM-bound tok/s = measured GEMM rate / (2 x "
-         "matmul params). Capture = device-to-host copies of the points into the returned vectors (no file "
-         "writing).\n";
+  out << "\n projection | routing    | tokens | bus                 | GB/s  | all-reduce ms | x " << 2 * full_cfg.num_layers
+      << " | step ms | " << o.tp_shard << "-GPU tok/s | vs baseline " << fixed(o.baseline, 0) << " tok/s\n";
+  for (const Row& r : rows) {
+    for (const double bus : o.bus_gbs) {
+      const TpProjection p = project_tp(r.T, cfg.hidden_size, full_cfg.num_layers, o.tp_shard, bus, r.full_captured_ms);
+      char line[320];
+      std::snprintf(line, sizeof line, " projection | %-10s | %6lld | %-19s | %5.0f | %13.3f | %*.1f | %7.1f | %*.0f | %8.2fx\n",
+                    r.routing.c_str(), static_cast<long long>(r.T), bus_label(bus), bus, p.allreduce_ms,
+                    int(cat("x ", 2 * full_cfg.num_layers).size()), 2.0 * double(full_cfg.num_layers) * p.allreduce_ms,
+                    p.step_ms, int(cat(o.tp_shard, "-GPU tok/s").size()), p.tokens_per_s, p.tokens_per_s / o.baseline);
+      out << line;
+    }
+  }
+  out << "\nThe rank runs its share of a " << o.tp_shard << "-GPU tensor-parallel group (" << shape.heads
+      << " heads, experts " << shape.first_expert << ".." << shape.first_expert + shape.local_experts - 1
+      << ", 1/" << o.tp_shard << " of the dense and shared MLPs) on the whole batch; its " << per_forward_allreduces
+      << " all-reduces per forward are not run but modelled: each moves (tokens x " << cfg.hidden_size
+      << ") bf16 and takes 2 (n - 1) / n x bytes / bus bandwidth, not overlapped with compute; the group's step is "
+         "the rank's forward with capture plus all of them, and its tokens/s is tokens / step (every rank works on "
+         "the same batch). Zipf routing puts the hottest experts on rank 0, the busiest rank, which sets the "
+         "group's step. Per-layer times include the expansion of packed expert weights into the bf16 scratch. The "
+         "baseline ("
+      << fixed(o.baseline, 0)
+      << " tok/s) is the published figure for Kimi-K2.5 capture on 8 RTX PRO 6000 Blackwell GPUs (PCIe, vLLM "
+         "with a patched capture worker).\n";
   return 0;
 }
 

@@ -110,6 +110,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
   if (ws_->logit_offset != nullptr)
     LT_CUDA_CHECK(cudaMemset(ws_->logit_offset, 0, std::size_t(shape_.experts) * sizeof(float)));
   moe_rows_.assign(std::size_t(shape_.layers), 0);
+  moe_busiest_.assign(std::size_t(shape_.layers), 0);
   if (options_.profile_layers)
     for (std::int64_t i = 0; i <= shape_.layers; ++i) layer_events_.emplace_back(true);
   gemm_ = std::make_unique<Gemm>(ws_->gemm, Gemm::kWorkspaceBytes);
@@ -234,17 +235,19 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   }
   // The per-expert products need their row counts on the host (cuBLASLt shapes).
   wait_for_event(counts_ready_.get(), comm_, options_.timeout_s, "MoE routing");
-  std::int64_t rows = 0;
+  std::int64_t rows = 0, busiest = 0;
   for (std::int64_t e = 0; e < n; ++e) {
     const std::int64_t c = w.host_counts[e];
     if (c > 0)
       gemm_->linear(w.gu_perm + rows * 2 * Ie, w.x_perm + rows * H, m.gate_up[std::size_t(e)].w, nullptr, c, 2 * Ie,
                     H, s);  // (c, 2 Ie)
     rows += c;
+    busiest = std::max(busiest, c);
   }
   LT_CHECK(rows <= shape_.max_routed_rows(T), "cuda backend: ", rows, " routed rows exceed the buffers' ",
            shape_.max_routed_rows(T));
   moe_rows_[std::size_t(layer)] = rows;
+  moe_busiest_[std::size_t(layer)] = busiest;
   kernels::swiglu(w.act_perm, w.gu_perm, rows, Ie, s);  // (rows, Ie)
   rows = 0;
   for (std::int64_t e = 0; e < n; ++e) {

@@ -69,6 +69,8 @@ class CudaBackend final : public Backend {
   // Rows (token, expert pairs) each MoE layer ran on this rank's experts in the last forward; 0
   // for dense layers.
   const std::vector<std::int64_t>& moe_rows() const { return moe_rows_; }
+  // Rows of this rank's busiest expert in each MoE layer of the last forward (0 for dense layers).
+  const std::vector<std::int64_t>& moe_busiest() const { return moe_busiest_; }
 
  private:
   CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaBackendOptions options, const ModelWeights* host,
@@ -104,7 +106,7 @@ class CudaBackend final : public Backend {
   Event counts_ready_;
   std::vector<Event> layer_events_;  // (L + 1) timing events with options.profile_layers
   std::vector<float> layer_ms_;
-  std::vector<std::int64_t> moe_rows_;
+  std::vector<std::int64_t> moe_rows_, moe_busiest_;
 };
 
 }  // namespace layertap::cuda

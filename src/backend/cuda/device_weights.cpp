@@ -180,12 +180,14 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scrat
       sizes_.packed += std::size_t(p.data_bytes) + std::size_t(p.scale_bytes);
 }
 
-DeviceWeights::Sizes DeviceWeights::sizes(const LocalShape& shape) {
+DeviceWeights DeviceWeights::layout(const LocalShape& shape) {
   Arena counter;
   DeviceWeights w;
   w.place(counter, nullptr, 0, shape);
-  return w.sizes_;
+  return w;
 }
+
+DeviceWeights::Sizes DeviceWeights::sizes(const LocalShape& shape) { return layout(shape).sizes_; }
 
 std::size_t DeviceWeights::bytes(const LocalShape& shape) { return sizes(shape).resident; }
 

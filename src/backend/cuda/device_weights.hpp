@@ -92,6 +92,9 @@ class DeviceWeights {
     std::int64_t scratch_layer = -1;  // that layer (-1: nothing packed)
   };
   static Sizes sizes(const LocalShape& shape);
+  // The layout alone (every device pointer null): the tensors, Linears and packed pieces that
+  // `shape` places, with their modules and windows (tests, sizing). Needs no GPU.
+  static DeviceWeights layout(const LocalShape& shape);
   // Device bytes of the resident weights of `shape` (alignment padding included).
   static std::size_t bytes(const LocalShape& shape);
 
