@@ -6,6 +6,8 @@ packages=(
   cmake g++ make pkg-config
   libopenmpi-dev openmpi-bin          # MPI: ranks, sharding, CPU tensor parallelism
   libhdf5-dev hdf5-tools              # shards; h5ls/h5dump in tests
+  liblz4-dev libzstd-dev zlib1g-dev   # --compress: chunk codecs (layertap encodes chunks itself)
+  hdf5-filter-plugin                  # the LZ4 filter for h5ls/h5dump/h5py reading lz4 shards
   libboost-program-options-dev        # command line and job files
   libopenblas-dev                     # CPU backend matrix products
   nlohmann-json3-dev libssl-dev       # JSON; SHA-256

@@ -46,6 +46,27 @@ constexpr float fp8_e4m3fn_to_float(uint8_t code) {
   return sign ? -magnitude : magnitude;
 }
 
+// float32 to float8_e4m3fn, round to nearest even with subnormals, as torch's
+// c10::detail::fp8e4m3fn_from_fp32_value for |f| <= 464 (everything it does not turn into NaN).
+// Unlike torch it saturates: finite |f| > 464 gives +-448 (the largest code, 0x7e), not NaN.
+// NaN and +-Inf give NaN (0x7f, sign kept): the format has no infinity.
+constexpr uint8_t float_to_fp8_e4m3fn(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const auto sign = uint8_t((u >> 24) & 0x80u);
+  const uint32_t magnitude = u & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u) return uint8_t(sign | 0x7fu);  // Inf, NaN
+  if (magnitude >= 0x43e00000u) return uint8_t(sign | 0x7eu);  // >= 448: 448 (464 ties to it)
+  if (magnitude < 0x3c800000u) {
+    // Below 2^-6, the smallest normal: steps of 2^-9. Adding 2^14 (whose float32 ulp is 2^-9)
+    // rounds to nearest even there; the count of steps (8 = 2^-6) is the code.
+    const float shifted = std::bit_cast<float>(magnitude) + 0x1p14f;
+    return uint8_t(sign | (std::bit_cast<uint32_t>(shifted) - 0x46800000u));
+  }
+  // Normal: rebias 127 -> 7 (adding -120 << 23), round off 20 mantissa bits to nearest even.
+  const uint32_t rounded = magnitude + 0xc4000000u + 0x7ffffu + ((magnitude >> 20) & 1u);
+  return uint8_t(sign | (rounded >> 20));
+}
+
 // Convert `n` elements of type `t` at `src` into float32.
 void to_float(DType t, const void* src, float* dst, std::size_t n);
 

@@ -211,6 +211,45 @@ void write_attr(hid_t obj, const std::string& name, const std::vector<std::strin
                  ptrs.data());
 }
 
+void write_attr(hid_t obj, const std::string& name, const std::vector<double>& values) {
+  write_attr_raw(obj, name, H5T_NATIVE_DOUBLE, simple_space(int64_t(values.size())).get(), values.data());
+}
+
+bool has_attr(hid_t obj, const std::string& name) {
+  return check(H5Aexists(obj, name.c_str()), "looking for attribute '", name, "' on ", NameOf{obj}) > 0;
+}
+
+std::vector<double> read_attr_doubles(hid_t obj, const std::string& name) {
+  Id attr = open_attr(obj, name);
+  Id stored(check(H5Aget_type(attr.get()), "type of attribute '", name, "'"), H5Tclose);
+  LT_CHECK(H5Tget_class(stored.get()) == H5T_FLOAT || H5Tget_class(stored.get()) == H5T_INTEGER, "attribute '",
+           name, "' of ", NameOf{obj}, " is not numeric");
+  std::vector<double> v(std::size_t(attr_elements(attr.get(), obj, name)));
+  check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, v.data()), "reading attribute '", name, "' of ", NameOf{obj},
+        " as numbers");
+  return v;
+}
+
+std::vector<std::string> dataset_filters(hid_t dataset, const std::string& what) {
+  Id dcpl(check(H5Dget_create_plist(dataset), "creation properties of ", what), H5Pclose);
+  const int n = check(H5Pget_nfilters(dcpl.get()), "filters of ", what);
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    std::size_t nelmts = 0;
+    const H5Z_filter_t id = check(H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &nelmts, nullptr, 0, nullptr, &config),
+                                  "filter ", i, " of ", what);
+    switch (id) {
+      case H5Z_FILTER_SHUFFLE: names.emplace_back("shuffle"); break;
+      case H5Z_FILTER_DEFLATE: names.emplace_back("deflate"); break;
+      case 32004: names.emplace_back("lz4"); break;
+      case 32015: names.emplace_back("zstd"); break;
+      default: names.push_back(cat("filter ", id));
+    }
+  }
+  return names;
+}
+
 int64_t read_attr_int(hid_t obj, const std::string& name) {
   Id attr = open_attr(obj, name);
   const int64_t n = attr_elements(attr.get(), obj, name);

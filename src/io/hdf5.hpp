@@ -77,10 +77,18 @@ void write_attr(hid_t obj, const std::string& name, int64_t value);
 void write_attr(hid_t obj, const std::string& name, const std::string& value);
 void write_attr(hid_t obj, const std::string& name, const std::vector<int64_t>& values);
 void write_attr(hid_t obj, const std::string& name, const std::vector<std::string>& values);
+void write_attr(hid_t obj, const std::string& name, const std::vector<double>& values);
+
+bool has_attr(hid_t obj, const std::string& name);
 
 int64_t read_attr_int(hid_t obj, const std::string& name);
 std::string read_attr_string(hid_t obj, const std::string& name);
 std::vector<int64_t> read_attr_ints(hid_t obj, const std::string& name);
 std::vector<std::string> read_attr_strings(hid_t obj, const std::string& name);
+std::vector<double> read_attr_doubles(hid_t obj, const std::string& name);
+
+// The filter pipeline of a dataset, in write order: "shuffle", "deflate", "lz4", "zstd", or
+// "filter <id>" for others; empty when the dataset is not filtered.
+std::vector<std::string> dataset_filters(hid_t dataset, const std::string& what);
 
 }  // namespace layertap::io::h5

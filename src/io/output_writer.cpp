@@ -4,6 +4,7 @@
 #include "core/text.hpp"
 #include "io/hdf5.hpp"
 #include "io/progress.hpp"
+#include "io/shard_reader.hpp"
 
 namespace layertap::io {
 namespace {
@@ -66,7 +67,7 @@ void OutputWriter::fail(const std::exception& e) {
 }
 
 void OutputWriter::submit(CapturedBatch batch) {
-  batch.validate(meta_.num_points(), meta_.hidden, meta_.dtype);
+  batch.validate(meta_.num_points(), meta_.hidden, meta_.batch_dtype());
   {
     std::unique_lock lock(mutex_);
     LT_CHECK(!draining_ && !stopping_, "output writer: submit() after finish()");
@@ -176,6 +177,18 @@ void OutputWriter::close_loop() {
       return;
     }
   }
+}
+
+std::vector<Fp8Fidelity> fp8_fidelity_of(const std::filesystem::path& dir, const std::vector<ShardInfo>& shards) {
+  std::vector<Fp8Fidelity> total;
+  for (const ShardInfo& s : shards) {
+    const std::vector<Fp8Fidelity> shard = s.fp8.empty() ? ShardReader(dir / s.file).fp8_fidelity() : s.fp8;
+    if (total.empty()) total.resize(shard.size());
+    LT_CHECK(shard.size() == total.size(), "shard '", s.file, "' has float8 error records for ", shard.size(),
+             " points, earlier shards for ", total.size());
+    for (std::size_t p = 0; p < shard.size(); ++p) total[p].merge(shard[p]);
+  }
+  return total;
 }
 
 }  // namespace layertap::io

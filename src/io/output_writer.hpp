@@ -1,7 +1,9 @@
 // The writer thread: receives captured batches from the forward pass through a bounded queue,
 // appends them to the current shard and rotates shards, so compute and I/O overlap. A second
 // thread closes full shards (fsync, SHA-256 of the whole file, rename) while the writer thread
-// fills the next one: checksumming a multi-GiB shard takes about as long as writing it.
+// fills the next one: checksumming a multi-GiB shard takes about as long as writing it. With
+// float8 storage or compression each shard also has worker threads (meta.compression.threads)
+// that quantize and compress its chunks (io/shard_writer.hpp).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -36,7 +38,8 @@ class OutputWriter {
   OutputWriter(const OutputWriter&) = delete;
   OutputWriter& operator=(const OutputWriter&) = delete;
 
-  // Validates `batch` against the meta and hands it to the writer thread. Blocks while
+  // Validates `batch` against the meta (its states in meta.batch_dtype()) and hands it to the
+  // writer thread. Blocks while
   // queue_depth batches wait. Throws the writer's error (as layertap::Error) once it has one.
   void submit(CapturedBatch batch);
 
@@ -77,5 +80,9 @@ class OutputWriter {
   std::atomic<int64_t> shards_closed_{0};
   std::thread writer_, closer_;
 };
+
+// float8 storage: each capture point's error against bf16 over `shards` (ShardInfo::fp8 where the
+// writer filled it, else read from the shard in `dir`, e.g. shards kept by a resume); [P].
+std::vector<Fp8Fidelity> fp8_fidelity_of(const std::filesystem::path& dir, const std::vector<ShardInfo>& shards);
 
 }  // namespace layertap::io

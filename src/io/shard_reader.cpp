@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "io/compression.hpp"
 #include "io/hdf5.hpp"
 
 namespace layertap::io {
@@ -57,6 +58,7 @@ struct ShardReader::Impl {
 
 ShardReader::ShardReader(const std::filesystem::path& file) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  register_filters();  // compressed shards decode without plugins
   m.path = file.string();
   m.file = h5::open_file_read(file);
   m.file_bytes = int64_t(std::filesystem::file_size(file));
@@ -69,7 +71,9 @@ ShardReader::ShardReader(const std::filesystem::path& file) : impl_(std::make_un
   meta.convention = h5::read_attr_string(f, "capture_convention");
   meta.num_layers = h5::read_attr_int(f, "num_layers");
   meta.hidden = h5::read_attr_int(f, "hidden_size");
-  meta.dtype = parse_dtype(h5::read_attr_string(f, "dtype"));
+  meta.dtype = parse_storage_dtype(h5::read_attr_string(f, "dtype"));
+  // Shards written before compression existed have no attribute: they are not compressed.
+  if (h5::has_attr(f, "compression")) meta.compression = parse_compression(h5::read_attr_string(f, "compression"));
   meta.architecture = h5::read_attr_string(f, "architecture");
   meta.config_sha256 = h5::read_attr_string(f, "config_sha256");
   meta.weights_fingerprint = h5::read_attr_string(f, "weights_fingerprint");
@@ -84,7 +88,45 @@ std::vector<int64_t> ShardReader::hidden_shape() const { return impl_->dims("hid
 std::string ShardReader::hidden_dtype() const {
   h5::Id ds = h5::open_dataset(impl_->file.get(), "hidden_states", cat("'", impl_->path, "'"));
   h5::Id type = h5::dataset_type(ds.get(), impl_->where("hidden_states"));
-  return h5::describe_type(type.get());
+  const std::string stored = h5::describe_type(type.get());
+  return stored == "uint8" && impl_->meta.dtype == DType::F8_E4M3 ? std::string(dtype_name(DType::F8_E4M3)) : stored;
+}
+
+std::vector<std::string> ShardReader::hidden_filters() const {
+  h5::Id ds = h5::open_dataset(impl_->file.get(), "hidden_states", cat("'", impl_->path, "'"));
+  return h5::dataset_filters(ds.get(), impl_->where("hidden_states"));
+}
+
+std::vector<Fp8Fidelity> ShardReader::fp8_fidelity() const {
+  const Impl& m = *impl_;
+  if (m.meta.dtype != DType::F8_E4M3) return {};
+  h5::Id ds = h5::open_dataset(m.file.get(), "hidden_scales", cat("'", m.path, "'"));
+  const std::size_t P = std::size_t(m.meta.num_points());
+  std::vector<Fp8Fidelity> out(P);
+  const auto ints = [&](const char* name, int64_t Fp8Fidelity::*field) {
+    const auto v = h5::read_attr_ints(ds.get(), cat("error_", name));
+    LT_CHECK(v.size() == P, m.where("hidden_scales"), " attribute error_", name, " has ", v.size(), " values for ", P,
+             " points");
+    for (std::size_t p = 0; p < P; ++p) out[p].*field = v[p];
+  };
+  const auto doubles = [&](const char* name, double Fp8Fidelity::*field) {
+    const auto v = h5::read_attr_doubles(ds.get(), cat("error_", name));
+    LT_CHECK(v.size() == P, m.where("hidden_scales"), " attribute error_", name, " has ", v.size(), " values for ", P,
+             " points");
+    for (std::size_t p = 0; p < P; ++p) out[p].*field = v[p];
+  };
+  ints("rows", &Fp8Fidelity::rows);
+  ints("zero_rows", &Fp8Fidelity::zero_rows);
+  ints("values", &Fp8Fidelity::values);
+  ints("nonzero", &Fp8Fidelity::nonzero);
+  ints("flushed", &Fp8Fidelity::flushed);
+  ints("nonfinite", &Fp8Fidelity::nonfinite);
+  doubles("sum_sq_error", &Fp8Fidelity::sum_sq_error);
+  doubles("sum_sq_value", &Fp8Fidelity::sum_sq_value);
+  doubles("sum_row_rel_error", &Fp8Fidelity::sum_row_rel_error);
+  doubles("max_row_rel_error", &Fp8Fidelity::max_row_rel_error);
+  doubles("max_abs_error", &Fp8Fidelity::max_abs_error);
+  return out;
 }
 
 int64_t ShardReader::num_tokens() const { return impl_->dims("input_ids").at(0); }
@@ -115,16 +157,38 @@ std::vector<float> ShardReader::hidden_states(int64_t t0, int64_t t1) const {
   m.check_plausible((t1 - t0) * d[1] * d[2], what);
   std::vector<float> out(std::size_t((t1 - t0) * d[1] * d[2]));  // [t1-t0, P, H]
   if (out.empty()) return out;
-  const hsize_t start[3] = {hsize_t(t0), 0, 0};
-  const hsize_t count[3] = {hsize_t(t1 - t0), hsize_t(d[1]), hsize_t(d[2])};
-  h5::Id file_space = h5::dataset_space(ds.get(), what);
-  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
-            "selecting rows ", t0, "..", t1, " of ", what);
-  h5::Id mem_space(h5::check(H5Screate_simple(3, count, nullptr), "memory space for ", what),
-                   H5Sclose);
-  h5::check(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT,
-                    out.data()),
-            "reading rows ", t0, "..", t1, " of ", what, " as float32");
+  // Rows [t0, t1) of a dataset [T, tail...] into `dst` as `mem_type`.
+  const auto read_rows = [&](hid_t dataset, const std::string& name, hid_t mem_type, std::vector<hsize_t> count,
+                             void* dst) {
+    std::vector<hsize_t> start(count.size(), 0);
+    start[0] = hsize_t(t0);
+    h5::Id file_space = h5::dataset_space(dataset, name);
+    h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+              "selecting rows ", t0, "..", t1, " of ", name);
+    h5::Id mem_space(h5::check(H5Screate_simple(int(count.size()), count.data(), nullptr), "memory space for ", name),
+                     H5Sclose);
+    h5::check(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst), "reading rows ", t0,
+              "..", t1, " of ", name);
+  };
+  const std::vector<hsize_t> count{hsize_t(t1 - t0), hsize_t(d[1]), hsize_t(d[2])};
+  if (m.meta.dtype != DType::F8_E4M3) {
+    read_rows(ds.get(), what, H5T_NATIVE_FLOAT, count, out.data());  // HDF5 converts bf16 to float32
+    return out;
+  }
+  // float8: uint8 codes [n, P, H] and float32 scales [n, P].
+  const std::string scales_what = m.where("hidden_scales");
+  h5::Id scales = h5::open_dataset(m.file.get(), "hidden_scales", cat("'", m.path, "'"));
+  const auto sd = h5::dataset_dims(scales.get(), scales_what);
+  LT_CHECK(sd.size() == 2 && sd[0] == d[0] && sd[1] == d[1], scales_what, " has shape ", format_shape(sd),
+           ", expected [T, P] = ", format_shape({d[0], d[1]}));
+  h5::Id type = h5::dataset_type(ds.get(), what);
+  LT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 1, what,
+           " of a float8 shard is stored as ", h5::describe_type(type.get()), ", expected uint8 codes");
+  std::vector<uint8_t> codes(out.size());
+  std::vector<float> row_scales(std::size_t((t1 - t0) * d[1]));
+  read_rows(ds.get(), what, H5T_NATIVE_UINT8, count, codes.data());
+  read_rows(scales.get(), scales_what, H5T_NATIVE_FLOAT, {count[0], count[1]}, row_scales.data());
+  dequantize_fp8_rows(codes.data(), row_scales.data(), t1 - t0, d[1], d[2], out.data());
   return out;
 }
 
@@ -157,6 +221,16 @@ std::vector<std::string> ShardReader::structure_problems() const {
                            ", expected [T, P, H] = ", format_shape(expected),
                            " from /input_ids and the attributes"));
   if (mask[0] != T) problems.push_back(cat("/loss_mask has ", mask[0], " entries for ", T, " tokens"));
+  if (meta.dtype == DType::F8_E4M3) {
+    const std::vector<int64_t> want_scales{T, meta.num_points()};
+    if (H5Lexists(impl_->file.get(), "hidden_scales", H5P_DEFAULT) <= 0)
+      problems.emplace_back("float8 shard without /hidden_scales");
+    else if (const auto sd = impl_->dims("hidden_scales"); sd != want_scales)
+      problems.push_back(cat("/hidden_scales has shape ", format_shape(sd), ", expected [T, P] = ",
+                             format_shape(want_scales)));
+    if (const std::string stored = hidden_dtype(); stored != dtype_name(DType::F8_E4M3))
+      problems.push_back(cat("/hidden_states of a float8 shard is stored as ", stored, ", expected uint8 codes"));
+  }
   if (int64_t(meta.point_specs.size()) != meta.num_points())
     problems.push_back(cat("attribute capture_points has ", meta.point_specs.size(),
                            " names for ", meta.num_points(), " capture_point_ids"));

@@ -1,5 +1,7 @@
 // Reads a shard written by ShardWriter (docs/FORMAT.md): its attributes, its [T] and [S] datasets
-// and rows of /hidden_states. Used by `layertap inspect` and by tests.
+// and rows of /hidden_states as float32 whatever the storage option (bf16, float32, float8 codes
+// with their scales; compressed or not: layertap registers its own LZ4 and Zstandard decoders, so
+// no HDF5 plugin is needed). Used by `layertap inspect` and `verify`, and by tests.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -22,7 +24,12 @@ class ShardReader {
   const OutputMeta& meta() const;  // from the root attributes
 
   std::vector<int64_t> hidden_shape() const;  // dims of /hidden_states: [T, P, H]
-  std::string hidden_dtype() const;           // its stored type: "bfloat16", "float32", ...
+  std::string hidden_dtype() const;           // its stored type: "bfloat16", "float32",
+                                              // "float8_e4m3fn" (uint8 codes of a float8 shard), ...
+  std::vector<std::string> hidden_filters() const;  // its HDF5 filters: {}, {"shuffle", "lz4"}, ...
+  // float8 shards: each point's error against bf16 as the writer measured it (attributes of
+  // /hidden_scales); empty for other storage types.
+  std::vector<Fp8Fidelity> fp8_fidelity() const;
   int64_t num_tokens() const;                 // length of /input_ids
   int64_t num_samples() const;                // length of /sample_index
 
@@ -30,7 +37,8 @@ class ShardReader {
   std::vector<int64_t> sample_index() const;    // [S]
   std::vector<int32_t> input_ids() const;       // [T]
   std::vector<uint8_t> loss_mask() const;       // [T]
-  // Rows [t0, t1) of /hidden_states converted to float32: [t1 - t0, P, H].
+  // Rows [t0, t1) of /hidden_states converted to float32: [t1 - t0, P, H]. float8 codes are
+  // multiplied by their /hidden_scales (in float32, as docs/FORMAT.md tells h5py users to).
   std::vector<float> hidden_states(int64_t t0, int64_t t1) const;
 
   // Disagreements between the datasets and the attributes (lengths, shape, offsets that do not

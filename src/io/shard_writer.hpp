@@ -1,20 +1,30 @@
 // One HDF5 shard of the output (docs/FORMAT.md): ragged samples concatenated along tokens.
-//   /hidden_states  [T, P, H]  bf16 (custom float type) or float32, chunked along T, extendible
+//   /hidden_states  [T, P, H]  bf16 (custom float type), float32, or float8_e4m3fn codes (uint8),
+//                              chunked along T, extendible; optionally compressed (io/compression.hpp)
+//   /hidden_scales  [T, P]     float32, float8 storage only: value = float(code) * scale
 //   /input_ids      [T]        int32
 //   /loss_mask      [T]        uint8
 //   /sample_offsets [S+1]      int64, starts at 0; sample s is rows [off[s], off[s+1])
 //   /sample_index   [S]        int64, position of each sample in the input dataset
 // plus root attributes describing the capture (OutputMeta). Written as "<dir>/<name>.tmp" and
 // renamed to "<dir>/<name>" only once complete and flushed.
+//
+// Float8 storage and compression work on whole chunks of /hidden_states: the thread calling
+// append() interleaves rows into a chunk buffer, worker threads quantize and compress full chunks,
+// and finished chunks go to the file in order (H5Dwrite_chunk). A chunk not yet full stays in
+// memory until more rows arrive or close().
 #pragma once
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/captured_batch.hpp"
 #include "core/dtype.hpp"
+#include "io/compression.hpp"
+#include "io/fp8_storage.hpp"
 
 namespace layertap::io {
 
@@ -28,12 +38,20 @@ struct OutputMeta {
   std::string capture_request;           // what the user typed, e.g. "eagle3"
   std::string convention;                // e.g. "layertap-v1"
   int64_t num_layers = 0, hidden = 0;    // L, H
-  DType dtype = DType::BF16;             // storage type of /hidden_states: BF16 or F32
+  DType dtype = DType::BF16;             // storage type of /hidden_states: BF16, F32 or F8_E4M3
+  Compression compression;               // lossless filter of /hidden_states (and its threads)
   std::string architecture, config_sha256, weights_fingerprint;
 
   int64_t num_points() const { return int64_t(point_ids.size()); }
+  // The dtype of the CapturedBatch states the writer takes: `dtype`, except BF16 for F8_E4M3
+  // (the writer quantizes bf16 states and measures its error against them).
+  DType batch_dtype() const { return dtype == DType::F8_E4M3 ? DType::BF16 : dtype; }
   void validate() const;  // throws naming the inconsistent field
 };
+
+// A storage dtype from the command line or a shard attribute: "bfloat16"/"bf16",
+// "float32"/"fp32", "float8_e4m3"/"float8_e4m3fn"/"fp8"; throws naming the accepted names.
+DType parse_storage_dtype(std::string_view s);
 
 struct ShardInfo {
   std::string file;  // file name, relative to the output directory
@@ -41,6 +59,7 @@ struct ShardInfo {
   int64_t first_sample = -1, last_sample = -1;  // dataset index of its first and last sample
   int64_t bytes = 0;   // size of the shard file on disk
   std::string sha256;  // of the whole shard file
+  std::vector<Fp8Fidelity> fp8;  // [P] float8 storage: its error against bf16; empty otherwise
 };
 
 class ShardWriter {
@@ -57,8 +76,10 @@ class ShardWriter {
   int64_t samples() const;
   int64_t tokens() const;
   int64_t bytes_written() const;  // hidden-state payload bytes so far: T * P * H * elem
+                                  // (elem of the storage dtype, before compression)
 
-  // Closes the file, fsyncs it, checksums it and renames it into place.
+  // Writes the chunks still in memory, closes the file, fsyncs it, checksums it and renames it
+  // into place.
   ShardInfo close();
 
   // Rows of /hidden_states per chunk: about 2 MiB, at least 1 row.

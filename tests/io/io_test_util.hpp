@@ -100,7 +100,7 @@ inline CapturedBatch make_batch(const std::vector<int64_t>& indices,
   CapturedBatch b;
   b.sample_index = indices;
   b.hidden = meta.hidden;
-  b.dtype = meta.dtype;
+  b.dtype = meta.batch_dtype();
   b.offsets = {0};
   for (std::size_t s = 0; s < indices.size(); ++s) {
     for (int64_t t = 0; t < lengths[s]; ++t) {
@@ -110,7 +110,7 @@ inline CapturedBatch make_batch(const std::vector<int64_t>& indices,
     b.offsets.push_back(b.offsets.back() + lengths[s]);
   }
   const int64_t T = b.num_tokens(), H = meta.hidden;
-  const std::size_t elem = dtype_size(meta.dtype);
+  const std::size_t elem = dtype_size(b.dtype);
   b.states.resize(meta.point_ids.size());
   for (int64_t p = 0; p < meta.num_points(); ++p) {
     auto& st = b.states[p];  // [T, H]
@@ -119,7 +119,7 @@ inline CapturedBatch make_batch(const std::vector<int64_t>& indices,
       for (int64_t t = 0; t < lengths[s]; ++t)
         for (int64_t h = 0; h < H; ++h) {
           const std::size_t at = std::size_t((b.offsets[s] + t) * H + h) * elem;
-          if (meta.dtype == DType::BF16) {
+          if (b.dtype == DType::BF16) {
             const uint16_t v = pattern_bf16(indices[s], t, p, h);
             std::memcpy(st.data() + at, &v, elem);
           } else {
@@ -131,8 +131,24 @@ inline CapturedBatch make_batch(const std::vector<int64_t>& indices,
   return b;
 }
 
+// The float32 values a shard of `meta.dtype` returns for one [T, H] state tensor of a batch:
+// the values themselves, or for float8 storage what quantizing and dequantizing them gives.
+inline std::vector<float> stored_values(const OutputMeta& meta, const std::vector<std::byte>& state, int64_t T) {
+  const int64_t H = meta.hidden;
+  std::vector<float> want(std::size_t(T * H));
+  if (meta.dtype != DType::F8_E4M3) {
+    to_float(meta.dtype, state.data(), want.data(), want.size());
+    return want;
+  }
+  std::vector<uint8_t> codes(want.size());
+  std::vector<float> scales(static_cast<std::size_t>(T));
+  quantize_fp8_rows(meta.batch_dtype(), state.data(), T, 1, H, codes.data(), scales.data(), nullptr);
+  dequantize_fp8_rows(codes.data(), scales.data(), T, 1, H, want.data());
+  return want;
+}
+
 // Expects the shard to hold exactly `batches`, in order: ids, masks, offsets, sample index and
-// every state value (as float32).
+// every state value (as float32; for float8 storage, the dequantized values).
 inline void expect_shard_holds(const ShardReader& r, const std::vector<CapturedBatch>& batches) {
   std::vector<int32_t> ids;
   std::vector<uint8_t> mask;
@@ -156,9 +172,8 @@ inline void expect_shard_holds(const ShardReader& r, const std::vector<CapturedB
   int64_t mismatches = 0;
   for (const auto& b : batches) {
     const auto got = r.hidden_states(row, row + b.num_tokens());  // [T_b, P, H]
-    std::vector<float> want(std::size_t(b.num_tokens() * H));
     for (int64_t p = 0; p < P; ++p) {
-      to_float(m.dtype, b.states[p].data(), want.data(), want.size());
+      const std::vector<float> want = stored_values(m, b.states[p], b.num_tokens());
       for (int64_t t = 0; t < b.num_tokens(); ++t)
         for (int64_t h = 0; h < H; ++h)
           mismatches += std::memcmp(&got[std::size_t((t * P + p) * H + h)],
