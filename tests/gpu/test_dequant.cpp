@@ -1,0 +1,202 @@
+// kernels/dequant.cu against the CPU decoders of src/model/quant_formats.cpp: FP8 blocks (partial
+// edge blocks, windows that start inside a block) and INT4 groups (bf16, f16 and f32 scales,
+// row-parallel windows), each element bit for bit equal to float_to_bf16 of the CPU's float32
+// (NaN codes must come out NaN); plus the random packed fills of the synthetic models. Guard
+// regions around every output, outputs poisoned with NaN first. Exit 77 without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "gpu_compare.hpp"
+#include "gpu_test.hpp"
+#include "kernels/dequant.cuh"
+#include "model/quant_formats.hpp"
+
+namespace {
+
+using namespace layertap::gpu_test;
+namespace kernels = layertap::kernels;
+namespace quant = layertap::quant;
+using layertap::DType;
+
+// got (bf16 bits) vs bf16(want) for every element; NaN must meet NaN.
+int compare_bits(const std::string& name, const std::vector<bf16_bits>& got, const std::vector<float>& want,
+                 std::int64_t damage) {
+  std::int64_t differ = 0, first = -1;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool ok = std::isnan(want[i]) ? (got[i] & 0x7fffu) > 0x7f80u : got[i] == layertap::float_to_bf16(want[i]);
+    if (!ok && first < 0) first = std::int64_t(i);
+    differ += ok ? 0 : 1;
+  }
+  const bool ok = differ == 0 && damage == 0;
+  std::printf("%s %-60s %zu elements, %lld differ, guard damage %lld\n", ok ? "ok  " : "FAIL", name.c_str(), got.size(),
+              (long long)differ, (long long)damage);
+  if (first >= 0)
+    std::printf("     first: [%lld] got 0x%04x want %.8g\n", (long long)first, got[std::size_t(first)],
+                double(want[std::size_t(first)]));
+  return ok ? 0 : 1;
+}
+
+// A window [row0, +rows) x [col0, +cols) of an [out, in] FP8 matrix with blocks [br, bc].
+int fp8_case(std::int64_t out, std::int64_t in, std::int64_t br, std::int64_t bc, const quant::Window& win,
+             std::uint64_t seed, cudaStream_t stream) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint8_t> codes(std::size_t(out * in));
+  for (auto& c : codes) c = std::uint8_t(rng());  // NaN codes 0x7f / 0xff included
+  const std::int64_t grid_rows = (out + br - 1) / br, grid_cols = (in + bc - 1) / bc;
+  std::vector<float> scales(std::size_t(grid_rows * grid_cols));
+  std::uniform_real_distribution<float> u(-20.0f, 2.0f);
+  for (auto& s : scales) s = std::exp2(u(rng));
+  std::vector<float> want(std::size_t(win.rows * win.cols));
+  quant::dequantize_fp8_block(reinterpret_cast<const std::byte*>(codes.data()),
+                              reinterpret_cast<const std::byte*>(scales.data()), out, in, br, bc, win, want.data());
+  // The window's bytes as read_packed_linear cuts them.
+  const std::int64_t rp = win.row0 % br, cp = win.col0 % bc;
+  const std::int64_t sr = (rp + win.rows + br - 1) / br, sc = (cp + win.cols + bc - 1) / bc;
+  std::vector<std::uint8_t> wc(std::size_t(win.rows * win.cols));
+  for (std::int64_t r = 0; r < win.rows; ++r)
+    std::memcpy(&wc[std::size_t(r * win.cols)], &codes[std::size_t((win.row0 + r) * in + win.col0)],
+                std::size_t(win.cols));
+  std::vector<float> ws(std::size_t(sr * sc));
+  for (std::int64_t r = 0; r < sr; ++r)
+    for (std::int64_t c = 0; c < sc; ++c)
+      ws[std::size_t(r * sc + c)] = scales[std::size_t((win.row0 / br + r) * grid_cols + win.col0 / bc + c)];
+  Guarded<std::uint8_t> d_codes(std::int64_t(wc.size()));
+  Guarded<float> d_scales(std::int64_t(ws.size()));
+  Guarded<bf16_bits> d_out(win.rows * win.cols);
+  d_codes.upload(wc);
+  d_scales.upload(ws);
+  poison_bf16(d_out);
+  kernels::dequantize_fp8_block(as_bf16(d_out.data()), d_codes.data(), d_scales.data(), win.rows, win.cols, br, bc, rp,
+                                cp, stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  char name[160];
+  std::snprintf(name, sizeof name, "fp8 [%lld, %lld] blocks [%lld, %lld] window rows %lld+%lld cols %lld+%lld",
+                (long long)out, (long long)in, (long long)br, (long long)bc, (long long)win.row0, (long long)win.rows,
+                (long long)win.col0, (long long)win.cols);
+  return compare_bits(name, d_out.download(), want,
+                      d_out.guard_damage() + d_codes.guard_damage() + d_scales.guard_damage());
+}
+
+// A window of an [out, in] INT4 matrix with groups of `group` (col0 on a group boundary).
+int int4_case(std::int64_t out, std::int64_t in, std::int64_t group, DType st, const quant::Window& win,
+              std::uint64_t seed, cudaStream_t stream) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t words = (in + 7) / 8, groups = (in + group - 1) / group, ss = st == DType::F32 ? 4 : 2;
+  std::vector<std::uint32_t> packed(std::size_t(out * words));
+  for (auto& w : packed) w = std::uint32_t(rng());
+  std::vector<std::byte> scales(std::size_t(out * groups * ss));
+  std::uniform_real_distribution<float> mant(0.5f, 1.0f);
+  std::uniform_int_distribution<int> expo(-26, 10);
+  for (std::int64_t i = 0; i < out * groups; ++i) {
+    const float v = std::ldexp(mant(rng), expo(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+    if (st == DType::F32) {
+      std::memcpy(&scales[std::size_t(i * 4)], &v, 4);
+    } else {
+      const std::uint16_t b = st == DType::BF16 ? layertap::float_to_bf16(v) : layertap::float_to_fp16(v);
+      std::memcpy(&scales[std::size_t(i * 2)], &b, 2);
+    }
+  }
+  std::vector<float> want(std::size_t(win.rows * win.cols));
+  quant::dequantize_int4_group(reinterpret_cast<const std::byte*>(packed.data()), scales.data(), st, out, in, group, win,
+                               want.data());
+  const std::int64_t wwords = (win.cols + 7) / 8, wgroups = (win.cols + group - 1) / group;
+  std::vector<std::uint32_t> wp(std::size_t(win.rows * wwords));
+  std::vector<std::uint8_t> wsc(std::size_t(win.rows * wgroups * ss));
+  for (std::int64_t r = 0; r < win.rows; ++r) {
+    std::memcpy(&wp[std::size_t(r * wwords)], &packed[std::size_t((win.row0 + r) * words + win.col0 / 8)],
+                std::size_t(wwords * 4));
+    std::memcpy(&wsc[std::size_t(r * wgroups * ss)], &scales[std::size_t(((win.row0 + r) * groups + win.col0 / group) * ss)],
+                std::size_t(wgroups * ss));
+  }
+  Guarded<std::uint32_t> d_words(std::int64_t(wp.size()));
+  Guarded<std::uint8_t> d_scales(std::int64_t(wsc.size()));
+  Guarded<bf16_bits> d_out(win.rows * win.cols);
+  d_words.upload(wp);
+  d_scales.upload(wsc);
+  poison_bf16(d_out);
+  const kernels::ScaleType type = st == DType::BF16 ? kernels::ScaleType::BF16
+                                  : st == DType::F16 ? kernels::ScaleType::F16
+                                                     : kernels::ScaleType::F32;
+  kernels::dequantize_int4_group(as_bf16(d_out.data()), d_words.data(), d_scales.data(), type, win.rows, win.cols,
+                                 group, stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  char name[160];
+  std::snprintf(name, sizeof name, "int4 [%lld, %lld] groups of %lld, %s scales, window rows %lld+%lld cols %lld+%lld",
+                (long long)out, (long long)in, (long long)group, std::string(layertap::dtype_name(st)).c_str(), (long long)win.row0,
+                (long long)win.rows, (long long)win.col0, (long long)win.cols);
+  return compare_bits(name, d_out.download(), want,
+                      d_out.guard_damage() + d_words.guard_damage() + d_scales.guard_damage());
+}
+
+int fills(cudaStream_t stream) {
+  int fails = 0;
+  const std::int64_t n = 100003;
+  Guarded<std::uint8_t> codes(n);
+  Guarded<std::uint32_t> words(n), words2(n);
+  Guarded<float> f(n);
+  kernels::fill_random_fp8(codes.data(), n, 7, stream);
+  kernels::fill_random_int4(words.data(), n, 9, stream);
+  kernels::fill_random_int4(words2.data(), n, 9, stream);
+  kernels::fill_uniform_f32(f.data(), n, 11, 0.25f, 0.125f, stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<std::uint8_t> c = codes.download();
+  const std::set<std::uint8_t> distinct(c.begin(), c.end());
+  const bool fp8_ok = distinct.size() == 254 && !distinct.count(0x7f) && !distinct.count(0xff);
+  std::printf("%s fill_random_fp8: %zu distinct codes, none NaN\n", fp8_ok ? "ok  " : "FAIL", distinct.size());
+  const std::vector<std::uint32_t> w = words.download();
+  std::set<std::uint32_t> nibbles;
+  for (const std::uint32_t x : w)
+    for (int k = 0; k < 8; ++k) nibbles.insert((x >> (4 * k)) & 0xfu);
+  const bool int4_ok = nibbles.size() == 16 && w == words2.download();
+  std::printf("%s fill_random_int4: all 16 nibbles, same seed same words\n", int4_ok ? "ok  " : "FAIL");
+  const std::vector<float> v = f.download();
+  const bool f32_ok = std::all_of(v.begin(), v.end(), [](float x) { return x >= 0.125f && x < 0.375f; });
+  std::printf("%s fill_uniform_f32: %lld values in [0.125, 0.375)\n", f32_ok ? "ok  " : "FAIL", (long long)n);
+  const std::int64_t damage = codes.guard_damage() + words.guard_damage() + f.guard_damage();
+  if (damage != 0) std::printf("FAIL fills: guard damage %lld\n", (long long)damage);
+  fails += fp8_ok && int4_ok && f32_ok && damage == 0 ? 0 : 1;
+  return fails;
+}
+
+}  // namespace
+
+int main() {
+  int host = 0;
+  {
+    auto* p = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x1000));
+    const auto* c = reinterpret_cast<const std::uint8_t*>(std::uintptr_t(0x2000));
+    const auto* s = reinterpret_cast<const float*>(std::uintptr_t(0x3000));
+    expect_throw(host, "fp8 phase beyond its block", [&] { kernels::dequantize_fp8_block(p, c, s, 4, 4, 2, 2, 2, 0, nullptr); });
+    expect_throw(host, "int4 group 0", [&] {
+      kernels::dequantize_int4_group(p, reinterpret_cast<const std::uint32_t*>(c), s, kernels::ScaleType::BF16, 4, 8, 0,
+                                     nullptr);
+    });
+  }
+  return run_kernel_test(host, [](cudaStream_t stream) {
+    int failures = 0;
+    std::uint64_t seed = 501;
+    // DeepSeek-V3's 128 x 128 blocks with partial edges; a small grid; windows inside blocks.
+    failures += fp8_case(300, 200, 128, 128, {0, 300, 0, 200}, seed++, stream);
+    failures += fp8_case(300, 200, 128, 128, {128, 172, 0, 200}, seed++, stream);
+    failures += fp8_case(72, 96, 16, 8, {0, 72, 32, 40}, seed++, stream);
+    failures += fp8_case(50, 37, 16, 8, {5, 33, 3, 30}, seed++, stream);
+    failures += fp8_case(1, 9, 128, 128, {0, 1, 0, 9}, seed++, stream);
+    for (const DType st : {DType::BF16, DType::F16, DType::F32}) {
+      failures += int4_case(40, 256, 32, st, {0, 40, 0, 256}, seed++, stream);
+      failures += int4_case(40, 256, 32, st, {8, 17, 64, 128}, seed++, stream);
+      failures += int4_case(7, 100, 32, st, {0, 7, 0, 100}, seed++, stream);  // partial word and group
+      failures += int4_case(3, 2048, 128, st, {1, 2, 1024, 1024}, seed++, stream);
+    }
+    failures += fills(stream);
+    return failures;
+  });
+}
