@@ -145,6 +145,19 @@ std::string CudaBackend::description() const {
              options_.max_capture_points, " capture points), pinned host ", gib(memory_.pinned_bytes));
 }
 
+void CudaBackend::force_routing(std::vector<std::vector<std::int32_t>> experts, std::vector<std::vector<float>> weights) {
+  LT_CHECK(experts.empty() || (std::int64_t(experts.size()) == shape_.layers && weights.size() == experts.size()),
+           "cuda backend: forced routing for ", experts.size(), " layers, the model has ", shape_.layers);
+  for (std::size_t i = 0; i < experts.size(); ++i) {
+    LT_CHECK(experts[i].size() == weights[i].size() && (experts[i].empty() || shape_.moe_layer[i]),
+             "cuda backend: forced routing of layer ", i, " is malformed or the layer is dense");
+    for (const std::int32_t e : experts[i])
+      LT_CHECK(e >= 0 && e < shape_.experts, "cuda backend: forced routing names expert ", e, " of ", shape_.experts);
+  }
+  forced_experts_ = std::move(experts);
+  forced_weights_ = std::move(weights);
+}
+
 void CudaBackend::set_routing_skew(const std::vector<float>& logit_offset) {
   LT_CHECK(shape_.any_moe(), "cuda backend: routing skew on a model without MoE layers");
   LT_CHECK(logit_offset.empty() || std::int64_t(logit_offset.size()) == shape_.experts, "cuda backend: routing skew "
@@ -216,11 +229,20 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   const DeviceMoe& m = l.experts;
   const std::int64_t H = shape_.hidden, E = shape_.experts, k = shape_.top_k, n = shape_.local_experts,
                      Ie = shape_.expert_inter, Is = shape_.shared_inter;
-  // Router logits (T, E) in float32: bf16 h times the bf16 router (plus its low part), float32 sums.
-  gemm_->linear_f32(w.logits, w.h, m.router, T, E, H, false, s);
-  if (m.router_lo != nullptr) gemm_->linear_f32(w.logits, w.h, m.router_lo, T, E, H, true, s);
-  kernels::moe_route(shape_.route, w.logits, w.choice, m.score_bias, routing_skew_ ? w.logit_offset : nullptr,
-                     w.route_experts, w.route_weights, T, s);
+  if (!forced_experts_.empty()) {  // force_routing (tests): the given choices
+    const std::vector<std::int32_t>& fe = forced_experts_[std::size_t(layer)];
+    const std::vector<float>& fw = forced_weights_[std::size_t(layer)];
+    LT_CHECK(std::int64_t(fe.size()) == T * k, "cuda backend: forced routing of layer ", layer, " holds ", fe.size(),
+             " choices, the batch needs ", T * k);
+    LT_CUDA_CHECK(cudaMemcpyAsync(w.route_experts, fe.data(), fe.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
+    LT_CUDA_CHECK(cudaMemcpyAsync(w.route_weights, fw.data(), fw.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+  } else {
+    // Router logits (T, E) in float32: bf16 h times the bf16 router (plus its low part), float32 sums.
+    gemm_->linear_f32(w.logits, w.h, m.router, T, E, H, false, s);
+    if (m.router_lo != nullptr) gemm_->linear_f32(w.logits, w.h, m.router_lo, T, E, H, true, s);
+    kernels::moe_route(shape_.route, w.logits, w.choice, m.score_bias, routing_skew_ ? w.logit_offset : nullptr,
+                       w.route_experts, w.route_weights, T, s);
+  }
   // This rank's (token, choice) pairs grouped by expert; x_perm (rows, H) their inputs.
   kernels::moe_permute(w.route_experts, T, k, shape_.first_expert, n, w.counts, w.offsets, w.slot, w.perm_token, s);
   kernels::moe_gather(w.x_perm, w.h, w.perm_token, w.offsets + n, shape_.max_routed_rows(T), H, s);

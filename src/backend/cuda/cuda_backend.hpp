@@ -63,6 +63,11 @@ class CudaBackend final : public Backend {
   // Benchmark hook: adds offset[e] to every router logit of expert e before routing (a skewed
   // expert load on synthetic weights); an empty vector removes it. Never set for a checkpoint.
   void set_routing_skew(const std::vector<float>& logit_offset);
+  // Test hook: the following forwards take these expert choices instead of the router's, per
+  // layer (empty for dense layers): experts[i] (T, top_k) global expert ids and weights[i]
+  // (T, top_k), for batches of exactly that T. Lets a bf16 forward be compared with a float32
+  // reference without the routing flips bf16 rounding causes near ties. Empty: the router decides.
+  void force_routing(std::vector<std::vector<std::int32_t>> experts, std::vector<std::vector<float>> weights);
   // With options.profile_layers: milliseconds of each decoder layer in the last forward (packed
   // weights' expansion included), else empty.
   const std::vector<float>& layer_ms() const { return layer_ms_; }
@@ -107,6 +112,8 @@ class CudaBackend final : public Backend {
   std::vector<Event> layer_events_;  // (L + 1) timing events with options.profile_layers
   std::vector<float> layer_ms_;
   std::vector<std::int64_t> moe_rows_, moe_busiest_;
+  std::vector<std::vector<std::int32_t>> forced_experts_;  // force_routing
+  std::vector<std::vector<float>> forced_weights_;
 };
 
 }  // namespace layertap::cuda
