@@ -214,6 +214,49 @@ TEST(Dataset, CheckRunsOnEverySampleWithItsIndex) {
   EXPECT_NE(msg.find("sample 1 (id 'x') holds 9"), std::string::npos) << msg;
 }
 
+// Lines are read by a fast SAX pass and explained by the JSON-tree parser: both must accept the
+// same samples with the same contents.
+TEST(Dataset, FastPathAgreesWithTheTreeParser) {
+  const std::vector<std::string> lines = {
+      R"({"input_ids": [1, 2, 3]})",
+      R"({"id": "", "input_ids": [0]})",
+      R"({"id": -5, "input_ids": [99], "loss_mask": [0]})",
+      R"({"id": 18446744073709551615, "input_ids": [7]})",
+      R"({"meta": {"a": [1, -2, {"b": null}], "c": 1.5, "d": true}, "input_ids": [4, 5], "loss_mask": [1, 0]})",
+      R"({"input_ids": [1], "input_ids": [2, 3]})",            // the last of duplicate keys wins
+      R"({"input_ids": ["x"], "input_ids": [2, 3]})",          // even after an invalid first value
+      R"({"loss_mask": [1, 1], "input_ids": [2, 3], "loss_mask": [0, 1]})",
+      R"({"input_ids": [1, 2], "loss_mask": []})",
+      R"({"input_ids": [1, -2]})",
+      R"({"input_ids": [1, 2], "loss_mask": [1, 2]})",
+      R"({"input_ids": [[1], 2]})",
+      R"({"id": null, "input_ids": [1]})",
+      R"({"id": 1.0, "input_ids": [1]})",
+      R"({"input_ids": []})",
+      R"([{"input_ids": [1]}])",
+      R"({"input_ids": [1]} trailing)",
+      R"({"input_ids": [100]})",
+  };
+  for (const std::string& line : lines) {
+    SCOPED_TRACE(line);
+    std::string tree_error;
+    Sample want;
+    try {
+      want = parse_sample_line(line, 0, "line", 100);
+    } catch (const Error& e) {
+      tree_error = e.what();
+    }
+    const std::string got_error = error_of(line + "\n");
+    EXPECT_EQ(got_error.empty(), tree_error.empty()) << got_error << " | " << tree_error;
+    if (!tree_error.empty()) continue;
+    TempDir dir;
+    const auto got = read_jsonl_dataset(write_file(dir, line + "\n"), 100).samples.at(0);
+    EXPECT_EQ(got.id, want.id);
+    EXPECT_EQ(got.input_ids, want.input_ids);
+    EXPECT_EQ(got.loss_mask, want.loss_mask);
+  }
+}
+
 TEST(Dataset, PipeIsRefusedNotReadTwice) {
   // A FIFO with no writer: opening must not block, and a stream cannot be fingerprinted for --resume.
   TempDir dir;
