@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One call on a GPU machine (CUDA, cuBLAS, NCCL; no MPI, no HDF5, no network needed): configures
 # the core-only CUDA build, builds the GPU tests and layertap_bench, runs `ctest -L gpu`, then the
-# benchmark (Llama-3.1-8B shapes, 8k and 16k-token batches, 4 capture points). Everything goes to
-# $OUT/gpu_check.log (OUT defaults to ./gpu-check-out); a summary is printed last. Each stage runs
-# under `timeout` against one deadline, so the whole check ends within 8 minutes.
+# benchmarks: Llama-3.1-8B shapes (8k and 16k-token batches, 4 capture points), one rank's share of
+# Kimi-K2.5 on 8 GPUs (--tp-shard 8: INT4 experts packed on the device, uniform and Zipf routing,
+# the 8-GPU projection) and Qwen3-30B-A3B whole on one GPU. Everything goes to $OUT/gpu_check.log
+# (OUT defaults to ./gpu-check-out), each benchmark's output also to its own file; a summary is
+# printed last. Each stage runs under `timeout` against one deadline, so the whole check ends
+# within 8 minutes.
 #
 #   bash tools/gpu_check.sh                        # from the repository root
 #   OUT=/tmp/out BUILD_DIR=build-gpu JOBS=16 bash tools/gpu_check.sh
@@ -23,7 +26,7 @@ ARCH=${CUDA_ARCH:-90-real}
 BUDGET_S=${BUDGET_S:-470}  # the whole script, with 10 s to spare under 8 minutes
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
-export BENCH_TXT="$OUT/bench.txt"
+export BENCH_TXT="$OUT/bench.txt" BENCH_KIMI_TXT="$OUT/bench_kimi_k2.5.txt" BENCH_QWEN_TXT="$OUT/bench_qwen3_30b_a3b.txt"
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 : >"$LOG"
 exec > >(tee -a "$LOG") 2>&1
@@ -187,12 +190,16 @@ else
 fi
 
 if ((built)); then
-  stage ctest 150 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 140
+  stage ctest 170 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 160
   cp "$BUILD/Testing/Temporary/LastTest.log" "$OUT/ctest_last.log" 2>/dev/null
-  # Whatever time is left goes to the benchmark (it needs ~1 minute on an H200). `stage` must not
-  # run in a pipeline (a subshell would lose its summary line), so the tee runs inside.
-  stage bench 300 bash -c 'set -o pipefail; "$@" | tee "$BENCH_TXT"' bench "$BUILD/src/layertap_bench" \
+  # The benchmarks (about a minute each on an H200). `stage` must not run in a pipeline (a subshell
+  # would lose its summary line), so the tee runs inside.
+  stage bench 120 bash -c 'set -o pipefail; "$@" | tee "$BENCH_TXT"' bench "$BUILD/src/layertap_bench" \
     --synthetic llama3-8b --tokens 8192,16384 --points 4 --iters 5
+  stage kimi-k2.5 150 bash -c 'set -o pipefail; "$@" | tee "$BENCH_KIMI_TXT"' bench "$BUILD/src/layertap_bench" \
+    --synthetic kimi-k2.5 --tp-shard 8 --tokens 8192 --points 4 --iters 3 --routing uniform,zipf
+  stage qwen3-moe 100 bash -c 'set -o pipefail; "$@" | tee "$BENCH_QWEN_TXT"' bench "$BUILD/src/layertap_bench" \
+    --synthetic qwen3-30b-a3b --tokens 8192 --points 4 --iters 3 --routing uniform,zipf
 fi
 
 echo
@@ -205,5 +212,10 @@ if [[ -f "$BENCH_TXT" ]]; then
   echo "  benchmark:"
   grep -E "^ +tokens \||^ +[0-9]+ \|" "$BENCH_TXT" | sed 's/^/    /'
 fi
+for f in "$BENCH_KIMI_TXT" "$BENCH_QWEN_TXT"; do
+  [[ -f $f ]] || continue
+  echo "  $(basename "$f" .txt):"
+  grep -E "^ (per-layer|projection) \|" "$f" | sed 's/^/    /'
+done
 echo "  result: $([[ $OVERALL == 0 ]] && echo PASS || echo FAIL)"
 exit "$OVERALL"

@@ -48,7 +48,7 @@ class Gemm {
   void* workspace_;
   std::size_t workspace_bytes_;
   std::map<Key, std::unique_ptr<Plan>> plans_;  // cleared when it grows past kMaxPlans
-  static constexpr std::size_t kMaxPlans = 512;
+  static constexpr std::size_t kMaxPlans = 4096;  // MoE: one shape per expert row count seen
 };
 
 }  // namespace layertap::cuda
