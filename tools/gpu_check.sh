@@ -213,7 +213,7 @@ if [[ -f "$BENCH_TXT" ]]; then
   grep -E "^ +tokens \||^ +[0-9]+ \|" "$BENCH_TXT" | sed 's/^/    /'
 fi
 for f in "$BENCH_KIMI_TXT" "$BENCH_QWEN_TXT"; do
-  [[ -f $f ]] || continue
+  grep -qE "^ (per-layer|projection) \|" "$f" 2>/dev/null || continue
   echo "  $(basename "$f" .txt):"
   grep -E "^ (per-layer|projection) \|" "$f" | sed 's/^/    /'
 done
