@@ -20,7 +20,8 @@ for np in 1 4; do
     --data "$data" --out "$work/out-np$np" --overwrite --ignore-free-space --capture final > "$log" 2>&1 &
   pid=$!
   until grep -q "weights loaded" "$log" 2>/dev/null || ! kill -0 "$pid" 2>/dev/null; do sleep 1; done
-  kill -TERM "$pid" 2>/dev/null || true
+  # SIGTERM to the ranks themselves: each stops after the batch in flight and logs its peak memory.
+  pkill -TERM -f "layertap extract.*out-np$np" || true
   wait "$pid" || true
   echo "np $np:"
   grep -E "indexed in|weights loaded in|peak memory" "$log" | sed 's/^/  /'

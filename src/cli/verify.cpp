@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <iostream>
+#include <iomanip>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -175,7 +176,7 @@ class Verifier {
     }
     out_ << "lm head: " << chosen.size() << " sample(s), " << stats.tokens << " loss-masked next tokens predicted from '"
          << (use_final ? "final" : "last' through the final norm, as 'final") << "': top-1 agreement "
-         << fixed(100 * stats.top1_rate(), 2) << "%, perplexity " << fixed(stats.perplexity(), 3) << "\n";
+         << fixed(100 * stats.top1_rate(), 2) << "%, perplexity " << std::setprecision(6) << stats.perplexity() << "\n";
     if (stats.top1_rate() < o_.min_top1)
       problem(cat("lm head: top-1 agreement ", fixed(100 * stats.top1_rate(), 2), "% is below --min-top1 ",
                   fixed(100 * o_.min_top1, 2), "%: a wrong layer, model or token alignment?"));
