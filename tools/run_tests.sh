@@ -13,3 +13,5 @@ ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
 # The Python package (python/: layertap-prep, layertap.data, layertap-export checked through the
 # trainers' own loaders): pinned venv at ${LAYERTAP_PYENV:-/opt/layertap-pyenv}, then pytest.
 LAYERTAP_BIN="$(cd "$build" && pwd)/src/cli/layertap" bash tools/python_env.sh --test
+# ASan/UBSan run of the unit, golden, io, e2e and mpi tests, then the libFuzzer targets (docs/TESTING.md).
+bash tools/run_sanitizer_tests.sh

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Sanitizer job (CI runs it from tools/run_tests.sh; docs/TESTING.md explains it):
+#  1. a CPU-only build with AddressSanitizer + UBSan (LAYERTAP_SANITIZE=ON, GCC) in
+#     ${SAN_BUILD_DIR:-build-asan}, and the unit, golden, io, e2e and mpi tests under it;
+#  2. the libFuzzer build (LAYERTAP_FUZZ=ON, clang) in ${FUZZ_BUILD_DIR:-build-fuzz}: every
+#     committed reproducer (fuzz/regressions/) and seed (fuzz/corpus/) replayed, then each target
+#     fuzzed for ${FUZZ_SECONDS:-60} s (FUZZ_SECONDS=0: replay only).
+# Any sanitizer report, failed test or fuzzer crash makes the script exit non-zero (both parts run
+# either way). About 20 minutes on 2 cores from scratch. SAN_SKIP_TESTS=1 or SAN_SKIP_FUZZ=1 runs
+# one part only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=$(nproc)
+
+# Debian 12 packages beyond tools/install_deps.sh: clang and its compiler-rt (libFuzzer and the
+# clang sanitizer runtimes live in libclang-rt-14-dev), llvm-symbolizer for readable stacks. GCC's
+# ASan/UBSan runtimes (libasan8, libubsan1) come with g++.
+bash tools/install_deps.sh
+packages=(clang libclang-rt-14-dev llvm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Sanitizer settings, exported so that every process sees them: ctest, the test binaries, the
+# Python e2e scripts and the layertap processes they start, mpirun and its ranks.
+#  - UBSan halts on the first report (the code is also built with -fno-sanitize-recover=all).
+#  - LeakSanitizer stays on; tools/lsan.supp suppresses only the one-time start-up allocations
+#    of Open MPI, hwloc, libevent, PMIx and OpenBLAS (without it every MPI process exits 1 and
+#    loses its buffered output). Open MPI unloads its components at MPI_Finalize and is built
+#    without frame pointers, so the fast unwinder's allocation stacks end in <unknown module>:
+#    fast_unwind_on_malloc=0 with 30 frames reaches libmpi/libopen-rte (about 1.3x slower).
+#  - Reports go to stderr, which ctest --output-on-failure and the e2e scripts print.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:fast_unwind_on_malloc=0:malloc_context_size=30"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export LSAN_OPTIONS="suppressions=$root/tools/lsan.supp:print_suppressions=0"
+export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer || true)}
+# Open MPI refuses root unless told; CI and containers run as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+failed=()
+start=$SECONDS
+
+# ---- 1. ASan + UBSan build and tests -------------------------------------------------------
+if [ "${SAN_SKIP_TESTS:-0}" != 1 ]; then
+  san_build=${SAN_BUILD_DIR:-build-asan}
+  # -O1 -g1: what ASan recommends, half the compile time of -O2 -g, line numbers in every report.
+  cmake -S . -B "$san_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERTAP_WITH_CUDA=OFF \
+        -DLAYERTAP_SANITIZE=ON -DLAYERTAP_BUILD_TESTS=ON \
+        -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1"
+  # Only what the selected tests run (not the Slurm tests' inputs or the CUDA benchmark).
+  cmake --build "$san_build" -j "$jobs" \
+        --target unit_tests golden_tests io_tests layertap test_collectives test_tp_golden
+  echo "sanitizer build: $((SECONDS - start)) s"
+  # Labels run: unit, golden, io, e2e (the CLI through the Python scripts, including
+  # e2e_distributed/e2e_moe/e2e_resilience under mpirun) and mpi (tests/mpi under mpirun, a few
+  # seconds). Left out: slurm (a throw-away Slurm cluster; the sanitized binary adds nothing
+  # the e2e tests do not already run, and munge/slurmd start-up dominates) and gpu (no CUDA in
+  # this build).
+  t0=$SECONDS
+  if ! ctest --test-dir "$san_build" --output-on-failure -j "$jobs" \
+             -L '^(unit|golden|io|e2e|mpi)$' -LE '^(slurm|gpu)$'; then
+    failed+=("ASan/UBSan tests (${san_build})")
+  fi
+  echo "sanitizer tests: $((SECONDS - t0)) s"
+fi
+
+# ---- 2. libFuzzer targets ------------------------------------------------------------------
+if [ "${SAN_SKIP_FUZZ:-0}" != 1 ]; then
+  fuzz_build=${FUZZ_BUILD_DIR:-build-fuzz}
+  fuzz_seconds=${FUZZ_SECONDS:-60}
+  t0=$SECONDS
+  # CC/CXX are read on the first configure of a build directory only.
+  CC=clang CXX=clang++ cmake -S . -B "$fuzz_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERTAP_FUZZ=ON
+  cmake --build "$fuzz_build" -j "$jobs" --target fuzz_targets
+  echo "fuzz build: $((SECONDS - t0)) s"
+  # The fuzzers' own halting: libFuzzer stops at the first crash, leak, timeout or UBSan report.
+  fuzz_asan="detect_leaks=1:halt_on_error=1:abort_on_error=0"
+  for target in safetensors hf_config jsonl; do
+    exe=$fuzz_build/fuzz/fuzz_$target
+    artifacts=$fuzz_build/artifacts/$target
+    work=$fuzz_build/corpus-work/$target  # new inputs found here; the committed corpus stays as is
+    mkdir -p "$artifacts" "$work"
+    inputs=()
+    for f in fuzz/regressions/"$target"/* fuzz/corpus/"$target"/*; do
+      [ -f "$f" ] && inputs+=("$f")
+    done
+    echo "== fuzz_$target: replaying ${#inputs[@]} committed inputs"
+    if [ ${#inputs[@]} -gt 0 ] &&
+       ! ASAN_OPTIONS="$fuzz_asan" "$exe" -rss_limit_mb=2048 -timeout=10 \
+                                           -artifact_prefix="$artifacts/" "${inputs[@]}"; then
+      failed+=("fuzz_$target replay")
+      continue  # a known crash would stop the fuzzing run at once
+    fi
+    [ "$fuzz_seconds" -gt 0 ] || continue
+    echo "== fuzz_$target: fuzzing for $fuzz_seconds s"
+    if ! ASAN_OPTIONS="$fuzz_asan" "$exe" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 \
+           -timeout=10 -print_final_stats=1 -dict="fuzz/dict/$target.dict" \
+           -artifact_prefix="$artifacts/" "$work" "fuzz/corpus/$target"; then
+      echo "fuzz_$target found a crash; reproducer in $artifacts/ (minimise it with" \
+           "$exe -minimize_crash=1 -runs=10000 FILE and commit it to fuzz/regressions/$target/)"
+      failed+=("fuzz_$target")
+    fi
+  done
+  echo "fuzzing: $((SECONDS - t0)) s"
+fi
+
+echo "sanitizer job: $((SECONDS - start)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "sanitizer job: OK"
