@@ -5,14 +5,15 @@
 #include <string>
 #include <vector>
 
-#include "cli/extract.hpp"
 #include "cli/inspect.hpp"
+#include "cli/options.hpp"
 #include "cli/verify.hpp"
 #ifdef LAYERTAP_HAVE_CUDA
 #include "cli/bench.hpp"
 #endif
 #include "comm/mpi_env.hpp"
 #include "core/log.hpp"
+#include "job/extract_job.hpp"
 
 namespace {
 
@@ -60,7 +61,7 @@ int run(int argc, char** argv, const layertap::MpiEnv& mpi) {
     if (layertap::parse_extract_options(rest, opts) == layertap::ParseOutcome::Exit) return 0;
     layertap::set_log_level(parse_level(opts.log_level));
     opts.command = quote_command(argc, argv);
-    return layertap::run_extract(opts, mpi);
+    return layertap::job::run_extract(opts, mpi);
   }
   if (args[0] == "inspect") {
     if (rest.size() == 1 && (rest[0] == "--help" || rest[0] == "-h")) {

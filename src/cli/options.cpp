@@ -111,12 +111,5 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   return ParseOutcome::Run;
 }
 
-std::string ExtractOptions::job_identity() const {
-  return cat("model=", model, "\ndata=", data, "\nout=", out, "\ncapture=", capture, "\nbackend=", backend,
-             "\ntp=", tp, "\nmoe-split=", moe_split, "\nmax-batch-tokens=", max_batch_tokens, "\nstore-dtype=", store_dtype,
-             "\nshard-size-mib=", shard_size_mib, "\noverwrite=", overwrite, "\nresume=", resume,
-             "\non-nonfinite=", on_nonfinite, "\ndry-run=", dry_run, "\ncalibrate-batches=", calibrate_batches,
-             "\nignore-free-space=", ignore_free_space, "\n");
-}
 
 }  // namespace layertap

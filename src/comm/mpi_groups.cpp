@@ -103,6 +103,19 @@ int64_t broadcast_from_world_root(int64_t value) {
   return value;
 }
 
+void run_on_world_root(bool is_root, const std::function<void()>& f) {
+  std::string error;
+  if (is_root) {
+    try {
+      f();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  broadcast_from_world_root(error);
+  LT_CHECK(error.empty(), error);
+}
+
 void broadcast_from_world_root(std::string& bytes) {
   bytes.resize(std::size_t(broadcast_from_world_root(int64_t(bytes.size()))));
   // MPI counts are int: in pieces of at most 2^30 bytes.

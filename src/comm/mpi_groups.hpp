@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ bool any_rank(bool value);
 
 // World rank 0's `value`, on every rank.
 int64_t broadcast_from_world_root(int64_t value);
+// `f` on world rank 0 only; then every rank throws rank 0's layertap::Error, if it threw one, so
+// all ranks stop alike with the same message.
+void run_on_world_root(bool is_root, const std::function<void()>& f);
+
 // World rank 0's `bytes` on every rank (any length).
 void broadcast_from_world_root(std::string& bytes);
 

@@ -256,11 +256,12 @@ class Extract(unittest.TestCase):
             self.skipTest("this machine does not let the test mount a small tmpfs")
         try:
             out = mnt / "out"
-            p = self.expect_failure("the output will take about", out=out)
+            demo = self.fix / "data" / "demo.jsonl"  # about 15 MiB of output
+            p = self.expect_failure("the output will take about", data=demo, out=out)
             self.assertIn("are free at", p.stderr)
             self.assertIn("--ignore-free-space", p.stderr)
             self.assertFalse(out.exists(), "--out was created before the refusal")
-            p = self.extract("llama", self.golden, out, "--dry-run", "--calibrate-batches", "0")
+            p = self.extract("llama", demo, out, "--dry-run", "--calibrate-batches", "0")
             self.assertIn("NOT enough", p.stdout)
         finally:
             subprocess.run(["umount", str(mnt)])

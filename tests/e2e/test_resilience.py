@@ -211,7 +211,13 @@ class Resilience(unittest.TestCase):
             self.skipTest(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
         try:
             out = mnt / "out"
+            # The projection refuses this run before it starts; the disk filling up mid-run (another
+            # writer, a quota) is what is tested here, so the check is overridden.
             p = self.run_job(2, out, [])
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("are free at", p.stderr)
+            self.assertFalse(out.exists() and any(out.iterdir()), "nothing is written before the refusal")
+            p = self.run_job(2, out, ["--ignore-free-space"])
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("the disk is full; complete shards are kept", p.stderr)
             self.assertIn("No space left on device", p.stderr)

@@ -1,4 +1,4 @@
-#include "cli/backend_choice.hpp"
+#include "job/backend_choice.hpp"
 
 #include <mpi.h>
 
@@ -18,7 +18,7 @@
 #include "comm/nccl_comm.hpp"
 #endif
 
-namespace layertap {
+namespace layertap::job {
 
 namespace {
 
@@ -127,4 +127,4 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
   return std::make_unique<CpuBackend>(cfg, load_weights(ckpt, cfg, shard), groups.tp());
 }
 
-}  // namespace layertap
+}  // namespace layertap::job

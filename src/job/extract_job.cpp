@@ -1,22 +1,17 @@
-#include "cli/extract.hpp"
+#include "job/extract_job.hpp"
 
 #include <sys/resource.h>
 
 #include <chrono>
-#include <cstring>
-#include <functional>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
-#include <ctime>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <thread>
 
 #include "backend/cpu/ops.hpp"
-#include "cli/backend_choice.hpp"
-#include "cli/output_dir.hpp"
 #include "comm/mpi_groups.hpp"
 #include "comm/sharding.hpp"
 #include "comm/world_layout.hpp"
@@ -30,11 +25,15 @@
 #include "io/output_writer.hpp"
 #include "io/progress.hpp"
 #include "io/shard_reader.hpp"
+#include "job/backend_choice.hpp"
+#include "job/dataset_plan.hpp"
+#include "job/output_dir.hpp"
+#include "job/run_manifest.hpp"
 #include "model/capture.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 
-namespace layertap {
+namespace layertap::job {
 namespace {
 
 namespace fs = std::filesystem;
@@ -43,222 +42,11 @@ using nlohmann::json;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Kimi-K2.5 is multimodal; layertap runs its text model only, so a sample holding the media
-// placeholder (whose states would need the vision tower) is an error, never silently wrong states.
-void refuse_media_placeholder(const io::Sample& s, const ModelConfig& cfg) {
-  if (cfg.media_placeholder_token_id < 0) return;
-  for (std::size_t t = 0; t < s.input_ids.size(); ++t)
-    LT_CHECK(s.input_ids[t] != cfg.media_placeholder_token_id, "sample ", s.index, " (id '", s.id,
-             "') holds the media placeholder token ", cfg.media_placeholder_token_id, " at position ", t, ": ",
-             cfg.architecture, " is extracted as a text-only model; remove image/video samples from the dataset");
-}
-
-// Consecutive samples, in input order, up to max_tokens per batch: [first, last) positions in
-// `lengths` from `begin` (every length is at most max_tokens: check_sample_lengths ran first).
-std::vector<std::pair<std::size_t, std::size_t>> plan_batches(const std::vector<int64_t>& lengths, std::size_t begin,
-                                                              int64_t max_tokens) {
-  std::vector<std::pair<std::size_t, std::size_t>> batches;
-  std::size_t first = begin;
-  int64_t tokens = 0;
-  for (std::size_t i = begin; i < lengths.size(); ++i) {
-    if (tokens + lengths[i] > max_tokens && i > first) {
-      batches.emplace_back(first, i);
-      first = i;
-      tokens = 0;
-    }
-    tokens += lengths[i];
-  }
-  if (first < lengths.size()) batches.emplace_back(first, lengths.size());
-  return batches;
-}
-
-std::vector<int64_t> lengths_of(const std::vector<io::Sample>& samples) {
-  std::vector<int64_t> n;
-  for (const io::Sample& s : samples) n.push_back(int64_t(s.input_ids.size()));
-  return n;
-}
-
-// `f` on world rank 0 only; then every rank throws rank 0's error, if any, so all stop alike.
-void on_lead(bool lead, const std::function<void()>& f) {
-  std::string error;
-  if (lead) {
-    try {
-      f();
-    } catch (const Error& e) {
-      error = e.what();
-    }
-  }
-  broadcast_from_world_root(error);
-  LT_CHECK(error.empty(), error);
-}
-
-// Bytes of the output: hidden states [T, P, H], input ids (int32) and loss masks (uint8) per
-// token, offsets and sample indices (int64) per sample, and per shard its partly filled last
-// chunks (/hidden_states chunks hold about 2 MiB, token chunks 64Ki entries) and HDF5 metadata.
-int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, int64_t hidden, DType dtype,
-                               int64_t groups, int64_t shard_bytes) {
-  const int64_t data = tokens * (points * hidden * int64_t(dtype_size(dtype)) + 5) + samples * 16;
-  const int64_t shards = groups + data / shard_bytes;
-  constexpr int64_t kPerShard = (int64_t(2) << 20) + (int64_t(1) << 16) * 5 + (int64_t(1) << 12) * 16 + (64 << 10);
-  return data + shards * kPerShard;
-}
-
-// Free space at --out, counting the shards --resume keeps or --overwrite replaces as available.
-int64_t available_bytes(const ExtractOptions& o) {
-  return cli::free_bytes_at(o.out) + (o.resume || o.overwrite ? cli::shard_bytes_in(o.out) : 0);
-}
-
-// The same error on every rank, before any sample is parsed for the run.
-void check_sample_lengths(const io::DatasetIndex& index, const std::string& path, int64_t max_tokens) {
-  for (std::size_t i = 0; i < index.samples.size(); ++i) {
-    const io::SampleSpan& s = index.samples[i];
-    LT_CHECK(s.tokens <= max_tokens, "dataset '", path, "' line ", s.line, " (sample ", i, ") has ", s.tokens,
-             " tokens, more than --max-batch-tokens ", max_tokens, "; raise --max-batch-tokens");
-  }
-}
-
-// World rank 0 indexes the dataset in one validating pass on `threads` threads and every rank gets
-// the index (32 bytes per sample) or rank 0's error; each rank then parses only its own samples.
-io::DatasetIndex share_dataset_index(const std::string& path, const ModelConfig& cfg, int threads, bool lead) {
-  io::DatasetIndex index;
-  on_lead(lead, [&] {
-    index = io::index_jsonl_dataset(path, cfg.vocab_size, threads,
-                                    [&](const io::Sample& s) { refuse_media_placeholder(s, cfg); });
-  });
-  std::string spans(index.samples.size() * sizeof(io::SampleSpan), '\0');
-  std::memcpy(spans.data(), index.samples.data(), spans.size());
-  broadcast_from_world_root(spans);
-  broadcast_from_world_root(index.sha256);
-  index.samples.resize(spans.size() / sizeof(io::SampleSpan));
-  std::memcpy(index.samples.data(), spans.data(), spans.size());
-  index.lines = broadcast_from_world_root(index.lines);
-  return index;
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 double peak_rss_mib() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
-
-io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan,
-                                const std::string& config_sha256, const std::string& weights_fingerprint) {
-  io::OutputMeta meta;
-  for (const CapturePoint& p : plan.points) {
-    meta.point_specs.push_back(p.spec);
-    meta.point_ids.push_back(p.id);
-  }
-  meta.capture_request = o.capture;
-  meta.convention = kCaptureConvention;
-  meta.num_layers = cfg.num_layers;
-  meta.hidden = cfg.hidden_size;
-  meta.dtype = parse_dtype(o.store_dtype);
-  meta.architecture = cfg.architecture;
-  meta.config_sha256 = config_sha256;
-  meta.weights_fingerprint = weights_fingerprint;
-  return meta;
-}
-
-// Everything that changes what the output holds; a resume must match it exactly.
-json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256, const WorldLayout& world,
-                  MoeSplit moe_split) {
-  return {{"format_version", io::kFormatVersion},     {"model_config_sha256", meta.config_sha256},
-          {"model_weights_fingerprint", meta.weights_fingerprint}, {"dataset_sha256", dataset_sha256},
-          {"capture_point_ids", meta.point_ids},      {"storage_dtype", dtype_name(meta.dtype)},
-          {"world_size", world.world_size},           {"tp", world.tp},
-          {"moe_split", moe_split_name(moe_split)}};
-}
-
-// Samples of `mine` that a kept shard range should hold but does not: skipped before the resume.
-json skipped_before_resume(const fs::path& dir, const std::vector<io::ShardInfo>& kept,
-                           const std::vector<io::Sample>& mine, std::size_t done) {
-  std::vector<int64_t> stored;
-  for (const io::ShardInfo& s : kept)
-    for (int64_t i : io::ShardReader(dir / s.file).sample_index()) stored.push_back(i);
-  json skipped = json::array();
-  std::size_t k = 0;
-  for (std::size_t i = 0; i < done; ++i) {
-    if (k < stored.size() && stored[k] == mine[i].index) {
-      ++k;
-      continue;
-    }
-    skipped.push_back({{"index", mine[i].index}, {"id", mine[i].id}, {"reason", "non-finite states (before resume)"}});
-  }
-  return skipped;
-}
-
-// Rank 0: the manifest, from every rank's shard list (`parts`, in rank order = input order).
-void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::OutputMeta& meta,
-                    const WorldLayout& world, std::size_t dataset_samples, int64_t total_tokens,
-                    const std::string& dataset_sha256, const std::vector<std::string>& parts, bool stopped,
-                    const std::string& backend_name, double seconds, double tokens_per_s, double peak_mib_max) {
-  json shards = json::array(), all_skipped = json::array();
-  int64_t bytes = 0, written_samples = 0, written_tokens = 0;
-  for (const std::string& text : parts) {
-    const json part = json::parse(text);
-    for (const json& s : part["shards"]) {
-      bytes += s["bytes"].get<int64_t>();
-      written_samples += s["samples"].get<int64_t>();
-      written_tokens += s["tokens"].get<int64_t>();
-      shards.push_back(s);
-    }
-    for (const json& s : part["skipped"]) all_skipped.push_back(s);
-  }
-  const bool complete = !stopped;
-  if (complete)
-    LT_CHECK(written_samples + int64_t(all_skipped.size()) == int64_t(dataset_samples), "the shards hold ",
-             written_samples, " samples and ", all_skipped.size(), " were skipped, but the dataset has ", dataset_samples);
-  json m;
-  m["format_version"] = io::kFormatVersion;
-  m["complete"] = complete;
-  json pts = json::array();
-  for (std::size_t p = 0; p < plan.points.size(); ++p)
-    pts.push_back({{"spec", plan.points[p].spec}, {"id", plan.points[p].id}, {"meaning", plan.meaning(p)}});
-  m["capture"] = {{"request", o.capture}, {"convention", kCaptureConvention}, {"points", pts}};
-  m["model"] = {{"dir", fs::absolute(o.model).string()},
-                {"architecture", cfg.architecture},
-                {"num_hidden_layers", cfg.num_layers},
-                {"hidden_size", cfg.hidden_size},
-                {"vocab_size", cfg.vocab_size},
-                {"checkpoint_dtype", dtype_name(cfg.torch_dtype)},
-                {"quantization", cfg.quant.describe()},
-                {"config_sha256", meta.config_sha256},
-                {"weights_fingerprint", meta.weights_fingerprint}};
-  m["dataset"] = {{"path", fs::absolute(o.data).string()},
-                  {"sha256", dataset_sha256},
-                  {"samples", dataset_samples},
-                  {"tokens", total_tokens}};
-  m["storage_dtype"] = dtype_name(meta.dtype);
-  m["shards"] = shards;
-  m["skipped_samples"] = all_skipped;
-  m["totals"] = {{"samples", written_samples}, {"tokens", written_tokens}, {"bytes", bytes}};
-  m["run"] = {{"command", o.command},
-              {"layertap_version", LAYERTAP_VERSION},
-              {"created", utc_now()},
-              {"backend", backend_name},
-              {"world_size", world.world_size},
-              {"tp", world.tp},
-              {"dp", world.dp},
-              {"moe_split", o.moe_split},
-              {"max_batch_tokens", o.max_batch_tokens},
-              {"seconds", seconds},
-              {"tokens_per_s", tokens_per_s},
-              {"peak_rss_mib_max", peak_mib_max}};
-  if (stopped) m["run"]["stopped_by"] = stop_signal_name()[0] ? stop_signal_name() : "signal on another rank";
-  failpoint("manifest");  // crash tests: die with every shard written but no manifest
-  io::write_json_atomically(fs::path(o.out) / "manifest.json", m);
-  log_info(complete ? "done: " : "stopped, resumable with --resume: ", written_samples, " samples, ", written_tokens,
-           " tokens, ", shards.size(), " shards, ", human_bytes(bytes), " in ", seconds, " s (", int64_t(tokens_per_s),
-           " tokens/s after loading) -> ", o.out);
-}
-
 
 // --dry-run: every check of a real run, the plan per group, the output's size against the free
 // space, and (with --calibrate-batches) the time from a few batches of each group. Writes nothing.
@@ -289,7 +77,7 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
   const int64_t per_point = index.total_tokens() * cfg.hidden_size * int64_t(dtype_size(store));
   report << "output      " << plan.points.size() << " points x hidden " << cfg.hidden_size << " x " << o.store_dtype
          << ": " << human_bytes(per_point) << " per point, " << human_bytes(projected) << " in all with token data\n";
-  const int64_t available = available_bytes(o);
+  const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
   report << "free space  " << human_bytes(available) << " at " << o.out
          << (projected <= available ? " (enough)" : " (NOT enough: a real run would refuse to start)") << "\n";
 
@@ -348,7 +136,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
 
   // Everything a user can get wrong is checked before the weights are read.
   const fs::path out(o.out);
-  cli::check_output_path(out);
+  check_output_path(out);
   const std::string config_path = (fs::path(o.model) / "config.json").string();
   const ModelConfig cfg = load_model_config(config_path);
   const std::string backend_name = resolve_backend(o.backend, cfg);
@@ -372,8 +160,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
                                                    int64_t(plan.points.size()), cfg.hidden_size,
                                                    parse_dtype(o.store_dtype), world.dp, o.shard_size_mib << 20);
   if (o.dry_run) return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, projected, t_start);
-  on_lead(lead, [&] {
-    const int64_t available = available_bytes(o);
+  run_on_world_root(lead, [&] {
+    const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
     LT_CHECK(o.ignore_free_space || projected <= available, "the output will take about ", human_bytes(projected),
              " (", total_tokens, " tokens x ", plan.points.size(), " points x hidden ", cfg.hidden_size, " as ",
              o.store_dtype, ", plus token data) but only ", human_bytes(available), " are free at '", o.out,
@@ -385,9 +173,9 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   check_same_on_all_ranks("model weights", ckpt.fingerprint());
   const io::OutputMeta meta = make_output_meta(o, cfg, plan, sha256_file(config_path), ckpt.fingerprint());
   const json identity = run_identity(meta, dataset_sha256, world, shard.moe_split);
-  const auto state = cli::OutputState(broadcast_from_world_root(
-      lead ? int64_t(cli::prepare_output_dir(out, identity, o.overwrite, o.resume)) : 0));
-  if (state == cli::OutputState::AlreadyComplete) {
+  const auto state = OutputState(broadcast_from_world_root(
+      lead ? int64_t(prepare_output_dir(out, identity, o.overwrite, o.resume)) : 0));
+  if (state == OutputState::AlreadyComplete) {
     if (lead) log_info("the run in ", o.out, " is already complete; nothing to do");
     return 0;
   }
@@ -398,8 +186,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   json skipped = json::array();
   MpiGroups groups(world);
   int64_t done = 0;  // samples of `mine` already in kept shards (or skipped before them)
-  if (world.is_writer() && state == cli::OutputState::Resume) {
-    kept = cli::keep_verified_shards(out, stem);
+  if (world.is_writer() && state == OutputState::Resume) {
+    kept = keep_verified_shards(out, stem);
     if (!kept.empty()) {
       const int64_t last = kept.back().last_sample;
       while (done < int64_t(mine.size()) && mine[std::size_t(done)].index <= last) ++done;
@@ -502,4 +290,4 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   return stopped ? kExitInterrupted : 0;
 }
 
-}  // namespace layertap
+}  // namespace layertap::job

@@ -10,9 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.hpp"
 #include "io/shard_writer.hpp"
 
-namespace layertap::cli {
+namespace layertap::job {
 
 enum class OutputState { Fresh, Resume, AlreadyComplete };
 
@@ -28,6 +29,17 @@ int64_t free_bytes_at(const std::filesystem::path& dir);
 // Bytes of layertap shards already in `dir` (kept by --resume, replaced by --overwrite).
 int64_t shard_bytes_in(const std::filesystem::path& dir);
 
+// Free space at `dir`, counting the shards already there as available when `reuse` (--resume
+// keeps them, --overwrite replaces them).
+int64_t available_bytes(const std::filesystem::path& dir, bool reuse);
+
+// Bytes of an output: hidden states [T, P, H] of `dtype`, input ids (int32) and loss masks (uint8)
+// per token, offsets and sample indices (int64) per sample, and per shard its HDF5 metadata;
+// `groups` writers close a shard every `shard_bytes` of hidden states. Lossless compression is
+// not counted (the projection is an upper bound for it).
+int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, int64_t hidden, DType dtype,
+                               int64_t groups, int64_t shard_bytes);
+
 // World rank 0 only, before any shard is written. Creates the directory and proves it writable.
 // An earlier run in it is refused unless `overwrite` (its files are removed) or `resume`: then its
 // run.json must equal `identity` (the error names each key that differs) and an incomplete
@@ -40,4 +52,4 @@ OutputState prepare_output_dir(const std::filesystem::path& dir, const nlohmann:
 // temporary files are removed, so what follows is rewritten.
 std::vector<io::ShardInfo> keep_verified_shards(const std::filesystem::path& dir, const std::string& stem);
 
-}  // namespace layertap::cli
+}  // namespace layertap::job

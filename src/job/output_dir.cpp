@@ -1,4 +1,4 @@
-#include "cli/output_dir.hpp"
+#include "job/output_dir.hpp"
 
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include "io/durable_file.hpp"
 #include "io/progress.hpp"
 
-namespace layertap::cli {
+namespace layertap::job {
 namespace {
 
 namespace fs = std::filesystem;
@@ -71,6 +71,20 @@ int64_t shard_bytes_in(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (is_layertap_file(entry.path()) && entry.is_regular_file(ec)) bytes += int64_t(entry.file_size(ec));
   return bytes;
+}
+
+int64_t available_bytes(const fs::path& dir, bool reuse) {
+  return free_bytes_at(dir) + (reuse ? shard_bytes_in(dir) : 0);
+}
+
+int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, int64_t hidden, DType dtype,
+                               int64_t groups, int64_t shard_bytes) {
+  const int64_t data = tokens * (points * hidden * int64_t(dtype_size(dtype)) + 5) + samples * 16;
+  // Per shard: HDF5 metadata and the written part of its partial token chunks. (The unwritten tail
+  // of a shard's last /hidden_states chunk stays a hole in the file: it takes no disk space.)
+  constexpr int64_t kPerShard = int64_t(256) << 10;
+  const int64_t shards = groups + data / shard_bytes;
+  return data + shards * kPerShard;
 }
 
 void check_output_path(const fs::path& dir) {
@@ -143,4 +157,4 @@ std::vector<io::ShardInfo> keep_verified_shards(const fs::path& dir, const std::
   return kept;
 }
 
-}  // namespace layertap::cli
+}  // namespace layertap::job

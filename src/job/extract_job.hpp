@@ -1,13 +1,14 @@
-// `layertap extract`: model + dataset -> HDF5 shards + manifest.json.
+// One `layertap extract` run: model + dataset -> HDF5 shards + manifest.json. The orchestration
+// (checks, plan, backend, batches, writers, manifest) lives here; src/cli only parses and reports.
 #pragma once
-#include "cli/options.hpp"
+#include "job/extract_options.hpp"
 #include "comm/mpi_env.hpp"
 
-namespace layertap {
+namespace layertap::job {
 
 // Runs the whole job and returns the exit code: 0, or kExitInterrupted after a graceful stop
 // (the manifest then says "complete": false and --resume continues). Throws layertap::Error on any
 // failure (the output then has no manifest).
 int run_extract(const ExtractOptions& opts, const MpiEnv& mpi);
 
-}  // namespace layertap
+}  // namespace layertap::job

@@ -11,7 +11,7 @@
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 
-namespace layertap {
+namespace layertap::job {
 
 // Resolves --backend on every rank alike: "auto" is cuda when every rank sees a GPU (and this
 // build has CUDA) and the CUDA backend runs the model (cuda::unsupported_parts is empty), cpu
@@ -29,4 +29,4 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
                                       const TpShard& shard, MpiGroups& groups, int64_t max_batch_tokens,
                                       int64_t capture_points);
 
-}  // namespace layertap
+}  // namespace layertap::job

@@ -1,0 +1,39 @@
+// What a run records: the shards' root attributes (OutputMeta), the identity a --resume must
+// match (run.json), and manifest.json, written last by world rank 0 (docs/FORMAT.md).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/world_layout.hpp"
+#include "io/dataset.hpp"
+#include "io/shard_writer.hpp"
+#include "job/extract_options.hpp"
+#include "model/capture.hpp"
+#include "model/hf_config.hpp"
+#include "model/weights.hpp"
+
+namespace layertap::job {
+
+io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan,
+                                const std::string& config_sha256, const std::string& weights_fingerprint);
+
+// Everything that changes what the output holds; a resume must match it exactly.
+nlohmann::json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256, const WorldLayout& world,
+                            MoeSplit moe_split);
+
+// Samples of `mine` before position `done` that the kept shards do not hold: skipped before the resume.
+nlohmann::json skipped_before_resume(const std::filesystem::path& dir, const std::vector<io::ShardInfo>& kept,
+                                     const std::vector<io::Sample>& mine, std::size_t done);
+
+// Rank 0: the manifest, from every rank's shard list (`parts`, in rank order = input order).
+void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::OutputMeta& meta,
+                    const WorldLayout& world, std::size_t dataset_samples, int64_t total_tokens,
+                    const std::string& dataset_sha256, const std::vector<std::string>& parts, bool stopped,
+                    const std::string& backend_name, double seconds, double tokens_per_s, double peak_mib_max);
+
+}  // namespace layertap::job
