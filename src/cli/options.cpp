@@ -6,6 +6,8 @@
 
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
+#include "io/compression.hpp"
+#include "io/shard_writer.hpp"
 #include "model/weights.hpp"
 
 namespace layertap {
@@ -36,7 +38,13 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products per rank (0 = all cores)")
       ("store-dtype", po::value(&o.store_dtype)->default_value(o.store_dtype),
        "element type of /hidden_states: bfloat16 (the CUDA backend's bf16 states as they are; the CPU "
-       "backend's float32 states rounded to nearest) or float32")
+       "backend's float32 states rounded to nearest), float32, or float8_e4m3 (1 byte per value and one "
+       "float32 scale per token and point: lossy, half of bf16; its error against bf16 is measured and "
+       "recorded in the manifest)")
+      ("compress", po::value(&o.compress)->default_value(o.compress),
+       "lossless compression of /hidden_states, chunk by chunk on worker threads: none, lz4 (byte shuffle "
+       "+ LZ4), zstd[:level] (byte shuffle + Zstandard) or gzip[:level] (slow); docs/FORMAT.md says how "
+       "h5py reads each")
       ("shard-size-mib", po::value(&o.shard_size_mib)->default_value(o.shard_size_mib),
        "close a shard once it holds this many MiB of hidden states")
       ("overwrite", po::bool_switch(&o.overwrite), "replace the shards and manifest of an earlier run in --out")
@@ -102,8 +110,8 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   LT_CHECK(o.calibrate_batches >= 0, "--calibrate-batches must be 0 or positive, got ", o.calibrate_batches);
   LT_CHECK(o.backend == "auto" || o.backend == "cpu" || o.backend == "cuda", "unknown --backend '", o.backend,
            "' (auto, cpu or cuda)");
-  LT_CHECK(o.store_dtype == "bfloat16" || o.store_dtype == "float32", "--store-dtype must be bfloat16 or float32, got '",
-           o.store_dtype, "'");
+  io::parse_storage_dtype(o.store_dtype);  // throws naming the accepted values
+  io::parse_compression(o.compress);
   parse_moe_split(o.moe_split);  // throws naming the value
   LT_CHECK(!(o.overwrite && o.resume), "--overwrite and --resume exclude each other");
   LT_CHECK(o.on_nonfinite == "fail" || o.on_nonfinite == "skip", "--on-nonfinite must be fail or skip, got '",

@@ -232,7 +232,7 @@ class Verifier {
     plan.request = m_.capture_request;
     plan.num_layers = cfg.num_layers;
     for (std::size_t p = 0; p < m_.point_ids.size(); ++p) plan.points.push_back({m_.point_specs[p], m_.point_ids[p]});
-    const DType storage = parse_dtype(m_.storage_dtype);
+    const DType storage = io::parse_storage_dtype(m_.storage_dtype);
 
     std::size_t open_shard = SIZE_MAX;
     std::unique_ptr<io::ShardReader> reader;
@@ -322,7 +322,8 @@ bool parse_verify_options(const std::vector<std::string>& args, VerifyOptions& o
       out << "Usage: layertap verify OUTDIR [--samples N] [--seed S] [--model DIR]\n\n"
              "Checks manifest.json against every shard (counts, offsets, shapes, attributes, sizes, SHA-256,\n"
              "NaN/Inf) and recomputes a seeded random subset of samples on the CPU at TP 1, comparing every\n"
-             "capture point, element by element: one bf16 step (or 1e-4 relative for float32 output) plus\n"
+             "capture point, element by element: one bf16 step (1e-4 relative for float32 output, one e4m3\n"
+             "step at the row's scale more for float8) plus\n"
              "1e-4 of the row's median magnitude. Exits 1 on any problem.\n\n"
           << desc << "\n";
       return false;

@@ -18,8 +18,9 @@ struct StateMismatch {
 
 // Rows of `n` values: stored[r * stride + c] against recomputed[r * n + c], r < rows. An element may
 // differ by one step of the storage type at the recomputed magnitude, i.e. one bf16 ulp for
-// bfloat16 (round to nearest is half of that; the rest covers the recompute's float32 noise) or
-// 1e-4 relative for float32, plus kFloorOfRowMedian times the row's median magnitude for elements
+// bfloat16 (round to nearest is half of that; the rest covers the recompute's float32 noise),
+// 1e-4 relative for float32, or for float8_e4m3fn one e4m3 step at the value's code (the row's
+// scale maps its largest magnitude to 448) plus the bf16 step it was quantized from, plus kFloorOfRowMedian times the row's median magnitude for elements
 // near zero, whose recomputed value carries noise of the row's typical size.
 StateMismatch compare_states(const float* stored, int64_t stride, const float* recomputed, int64_t rows, int64_t n,
                              DType storage);

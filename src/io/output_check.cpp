@@ -30,8 +30,10 @@ Manifest read_manifest(const fs::path& dir) {
   m.format_version = top.integer("format_version", 1, 1000);
   m.complete = top.boolean("complete");
   m.storage_dtype = top.string("storage_dtype");
-  LT_CHECK(m.storage_dtype == "bfloat16" || m.storage_dtype == "float32", path.string(), ": storage_dtype '",
-           excerpt(m.storage_dtype), "' is not bfloat16 or float32");
+  LT_CHECK(m.storage_dtype == "bfloat16" || m.storage_dtype == "float32" || m.storage_dtype == "float8_e4m3fn",
+           path.string(), ": storage_dtype '", excerpt(m.storage_dtype),
+           "' is not bfloat16, float32 or float8_e4m3fn");
+  m.compression = top.string_or("compression", "none");
 
   const JsonFields model = top.object("model");
   m.model_dir = model.string("dir");

@@ -73,10 +73,13 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
     else if (g == 8)
       report << "...\n";
   }
-  const DType store = parse_dtype(o.store_dtype);
-  const int64_t per_point = index.total_tokens() * cfg.hidden_size * int64_t(dtype_size(store));
+  const DType store = io::parse_storage_dtype(o.store_dtype);
+  // float8: one byte per value and a float32 scale per token.
+  const int64_t per_point =
+      index.total_tokens() * (cfg.hidden_size * int64_t(dtype_size(store)) + (store == DType::F8_E4M3 ? 4 : 0));
   report << "output      " << plan.points.size() << " points x hidden " << cfg.hidden_size << " x " << o.store_dtype
-         << ": " << human_bytes(per_point) << " per point, " << human_bytes(projected) << " in all with token data\n";
+         << ": " << human_bytes(per_point) << " per point, " << human_bytes(projected) << " in all with token data"
+         << (o.compress == "none" ? "" : " (before " + o.compress + " compression)") << "\n";
   const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
   report << "free space  " << human_bytes(available) << " at " << o.out
          << (projected <= available ? " (enough)" : " (NOT enough: a real run would refuse to start)") << "\n";
@@ -104,7 +107,7 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
         pb.tokens.insert(pb.tokens.end(), samples[i].input_ids.begin(), samples[i].input_ids.end());
         pb.offsets.push_back(pb.num_tokens());
       }
-      backend->forward(pb, plan, store);
+      backend->forward(pb, plan, store == DType::F8_E4M3 ? DType::BF16 : store);
       tokens += pb.num_tokens();
     }
     const double run_s = seconds_since(t_run);
@@ -158,7 +161,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   check_host_memory(cfg, shard, o.max_batch_tokens, int64_t(plan.points.size()));
   const int64_t projected = projected_output_bytes(total_tokens, int64_t(index.samples.size()),
                                                    int64_t(plan.points.size()), cfg.hidden_size,
-                                                   parse_dtype(o.store_dtype), world.dp, o.shard_size_mib << 20);
+                                                   io::parse_storage_dtype(o.store_dtype), world.dp,
+                                                   o.shard_size_mib << 20);
   if (o.dry_run) return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, projected, t_start);
   run_on_world_root(lead, [&] {
     const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
@@ -239,14 +243,14 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       cb.loss_mask.insert(cb.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
     }
     failpoint("forward");  // crash tests: die in the middle of the job
-    cb.states = backend->forward(pb, plan, meta.dtype);
+    cb.states = backend->forward(pb, plan, meta.batch_dtype());  // float8 storage quantizes bf16 states
     done_samples += pb.num_samples();
     done_tokens += pb.num_tokens();
     if (writer) {
       cb.offsets = pb.offsets;
       cb.input_ids = std::move(pb.tokens);
       cb.hidden = cfg.hidden_size;
-      cb.dtype = meta.dtype;
+      cb.dtype = meta.batch_dtype();
       std::vector<int64_t> drop;
       for (const auto& bad : cb.nonfinite_samples()) {
         const io::Sample& s = mine[first + std::size_t(bad.sample)];

@@ -16,7 +16,8 @@ struct ExtractOptions {
   std::string moe_split = "experts";  // experts | intermediate: routed experts over the TP group
   int64_t max_batch_tokens = 8192;
   int threads = 0;               // OpenBLAS threads per rank; 0 = library default
-  std::string store_dtype = "bfloat16";
+  std::string store_dtype = "bfloat16";  // bfloat16 | float32 | float8_e4m3
+  std::string compress = "none";         // none | lz4 | zstd[:level] | gzip[:level]
   int64_t shard_size_mib = 2048;
   bool overwrite = false;
   bool resume = false;           // continue an interrupted run in --out

@@ -79,7 +79,9 @@ int64_t available_bytes(const fs::path& dir, bool reuse) {
 
 int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, int64_t hidden, DType dtype,
                                int64_t groups, int64_t shard_bytes) {
-  const int64_t data = tokens * (points * hidden * int64_t(dtype_size(dtype)) + 5) + samples * 16;
+  // float8 storage adds a float32 scale per token and point.
+  const int64_t per_value = points * (hidden * int64_t(dtype_size(dtype)) + (dtype == DType::F8_E4M3 ? 4 : 0));
+  const int64_t data = tokens * (per_value + 5) + samples * 16;
   // Per shard: HDF5 metadata and the written part of its partial token chunks. (The unwritten tail
   // of a shard's last /hidden_states chunk stays a hole in the file: it takes no disk space.)
   constexpr int64_t kPerShard = int64_t(256) << 10;

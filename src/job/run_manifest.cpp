@@ -8,6 +8,8 @@
 #include "core/stop_request.hpp"
 #include "core/text.hpp"
 #include "io/durable_file.hpp"
+#include "io/output_writer.hpp"
+#include "io/progress.hpp"
 #include "io/shard_reader.hpp"
 
 namespace layertap::job {
@@ -36,7 +38,8 @@ io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg,
   meta.convention = kCaptureConvention;
   meta.num_layers = cfg.num_layers;
   meta.hidden = cfg.hidden_size;
-  meta.dtype = parse_dtype(o.store_dtype);
+  meta.dtype = io::parse_storage_dtype(o.store_dtype);
+  meta.compression = io::parse_compression(o.compress);
   meta.architecture = cfg.architecture;
   meta.config_sha256 = config_sha256;
   meta.weights_fingerprint = weights_fingerprint;
@@ -111,6 +114,17 @@ void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const Captu
                   {"samples", dataset_samples},
                   {"tokens", total_tokens}};
   m["storage_dtype"] = dtype_name(meta.dtype);
+  m["compression"] = io::compression_name(meta.compression);
+  if (meta.dtype == DType::F8_E4M3) {
+    // Each point's float8 error against the bf16 states it stores, over every shard.
+    std::vector<io::ShardInfo> all;
+    for (const json& s : shards) all.push_back(io::shard_info_from_json(s));
+    const std::vector<io::Fp8Fidelity> fidelity = io::fp8_fidelity_of(o.out, all);
+    json per_point = json::array();
+    for (std::size_t p = 0; p < fidelity.size(); ++p)
+      per_point.push_back({{"spec", plan.points[p].spec}, {"error_vs_bfloat16", io::to_json(fidelity[p])}});
+    m["float8_fidelity"] = per_point;
+  }
   m["shards"] = shards;
   m["skipped_samples"] = all_skipped;
   m["totals"] = {{"samples", written_samples}, {"tokens", written_tokens}, {"bytes", bytes}};

@@ -199,6 +199,46 @@ class Verify(unittest.TestCase):
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
         self.assertIn("most frequent (id x count): " + " ".join(f"{i}x{n}" for i, n in top), p.stdout)
 
+    def test_storage_options_verify_and_record_their_fidelity(self):
+        """float8 storage and each compression filter: verify recomputes every sample within the
+        storage's step, inspect agrees, the manifest names the filter and (float8) each point's error
+        against bf16; a corrupted float8 output still fails."""
+        sizes = {}
+        for opts in (["--store-dtype", "float8_e4m3", "--compress", "zstd"], ["--compress", "lz4"],
+                     ["--store-dtype", "float8_e4m3"], ["--compress", "gzip"]):
+            with self.subTest(opts=opts):
+                out = self.tmp / ("storage-" + "-".join(opts).replace("--", ""))
+                shutil.rmtree(out, ignore_errors=True)
+                subprocess.run([ARGS.layertap, "extract", "--model", self.model, "--data",
+                                Path(ARGS.fixtures) / "data" / "demo.jsonl", "--out", out, "--capture", CAPTURE,
+                                "--log-level", "warning", *opts], check=True)
+                p = self.verify(out)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                p = subprocess.run([ARGS.layertap, "inspect", out], capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 0, p.stdout)
+                manifest = json.loads((out / "manifest.json").read_text())
+                codec = opts[opts.index("--compress") + 1] if "--compress" in opts else "none"
+                self.assertTrue(manifest["compression"].startswith(codec), manifest["compression"])
+                sizes[tuple(opts)] = sum(s["bytes"] for s in manifest["shards"])
+                if "float8_e4m3" in opts:
+                    self.assertEqual(manifest["storage_dtype"], "float8_e4m3fn")
+                    fidelity = manifest["float8_fidelity"]
+                    self.assertEqual([f["spec"] for f in fidelity], [p["spec"] for p in manifest["capture"]["points"]])
+                    for f in fidelity:  # e4m3 keeps 3 mantissa bits: a few percent of each row
+                        self.assertLess(f["error_vs_bfloat16"]["rel_rms_error"], 0.05)
+                        self.assertGreater(f["error_vs_bfloat16"]["rel_rms_error"], 0.001)
+        # float8 halves bf16; compression shrinks it further.
+        self.assertLess(sizes[("--store-dtype", "float8_e4m3")], sizes[("--compress", "lz4")])
+        self.assertLess(sizes[("--store-dtype", "float8_e4m3", "--compress", "zstd")],
+                        sizes[("--store-dtype", "float8_e4m3")])
+        bad = self.tmp / "storage-bad"
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(self.tmp / "storage-store-dtype-float8_e4m3", bad)
+        subprocess.run([sys.executable, ARGS.corrupt, bad, "swap-points", "1", "3", "--rechecksum"], check=True)
+        p = self.verify(bad)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("recomputed states differ", p.stdout)
+
     def test_missing_manifest(self):
         out = self.corrupted("swap-points", 0, 0)
         (out / "manifest.json").unlink()
