@@ -110,6 +110,11 @@ def fp8_e4m3fn_table():
 def cmd_read(a):
     import numpy as np
 
+    try:
+        import hdf5plugin  # noqa: F401  (registers the zstd and lz4 filters with h5py's HDF5)
+    except ImportError:
+        print("note: hdf5plugin is not installed: zstd outputs need it, lz4 needs it or HDF5_PLUGIN_PATH")
+
     ref = {}
     for p in shard_paths(a.reference):
         ref[os.path.basename(p)] = read_float32(p)
