@@ -62,12 +62,14 @@ io::DatasetIndex share_dataset_index(const std::string& path, const ModelConfig&
     index = io::index_jsonl_dataset(path, cfg.vocab_size, threads,
                                     [&](const io::Sample& s) { refuse_media_placeholder(s, cfg); });
   });
+  // The spans as bytes (only rank 0's are filled; memcpy of zero bytes from an empty vector's null
+  // data() is still undefined, hence the guards).
   std::string spans(index.samples.size() * sizeof(io::SampleSpan), '\0');
-  std::memcpy(spans.data(), index.samples.data(), spans.size());
+  if (!spans.empty()) std::memcpy(spans.data(), index.samples.data(), spans.size());
   broadcast_from_world_root(spans);
   broadcast_from_world_root(index.sha256);
   index.samples.resize(spans.size() / sizeof(io::SampleSpan));
-  std::memcpy(index.samples.data(), spans.data(), spans.size());
+  if (!spans.empty()) std::memcpy(index.samples.data(), spans.data(), spans.size());
   index.lines = broadcast_from_world_root(index.lines);
   return index;
 }

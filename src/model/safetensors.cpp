@@ -85,8 +85,9 @@ class SafetensorsFile {
         t.dtype = dtype_from_safetensors(v.at("dtype").get<std::string>());
         // Integers only: nlohmann converts a float such as 1e30 to an integer type with undefined
         // behaviour, so each element's type is checked before it is read.
-        const auto integers = [&](const char* key) -> const json& {
-          const json& a = v.at(key);
+        const json& entry = v;  // a lambda may not capture a structured binding (clang 14)
+        const auto integers = [&entry](const char* key) -> const json& {
+          const json& a = entry.at(key);
           LT_CHECK(a.is_array(), "'", key, "' is not an array");
           for (const json& e : a) LT_CHECK(e.is_number_integer(), "'", key, "' holds ", excerpt(e.dump()), ", not an integer");
           return a;
