@@ -52,6 +52,7 @@ json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256,
   return {{"format_version", io::kFormatVersion},     {"model_config_sha256", meta.config_sha256},
           {"model_weights_fingerprint", meta.weights_fingerprint}, {"dataset_sha256", dataset_sha256},
           {"capture_point_ids", meta.point_ids},      {"storage_dtype", dtype_name(meta.dtype)},
+          {"compression", io::compression_name(meta.compression)},
           {"world_size", world.world_size},           {"tp", world.tp},
           {"moe_split", moe_split_name(moe_split)}};
 }
