@@ -6,12 +6,15 @@
 // sanitizer report or a mapping of the file left behind once the Checkpoint is gone (LeakSanitizer
 // does not see mmap) is a finding.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -22,11 +25,24 @@
 
 namespace {
 
+// Scratch files of processes that are gone (a crash skips the atexit clean-up).
+void remove_stale_scratch_files(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0;
+    if (std::sscanf(name.c_str(), "layertap_fuzz_%d.safetensors", &pid) == 1 && pid > 0 &&
+        ::kill(pid, 0) != 0 && errno == ESRCH)
+      std::filesystem::remove(entry.path(), ec);
+  }
+}
+
 // One scratch file per process (libFuzzer's -jobs/-fork run several), in memory where possible.
 const std::string& scratch_path() {
   static const std::string path = [] {
     const char* dir = std::getenv("LAYERTAP_FUZZ_TMPDIR");
     if (!dir) dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    remove_stale_scratch_files(dir);
     std::string p = std::string(dir) + "/layertap_fuzz_" + std::to_string(::getpid()) + ".safetensors";
     std::atexit([] { ::unlink(scratch_path().c_str()); });
     return p;
@@ -47,14 +63,13 @@ void write_file(const std::string& path, const uint8_t* data, size_t size) {
 }
 
 // The tensor names of a header the Checkpoint accepted (it has parsed the same bytes).
-std::vector<std::string> tensor_names(const uint8_t* data, size_t size) {
+std::vector<std::string> tensor_names(const uint8_t* data) {
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(data[i]) << (8 * i);
   const auto h = nlohmann::json::parse(data + 8, data + 8 + n);
   std::vector<std::string> names;
   for (const auto& [name, v] : h.items())
     if (name != "__metadata__") names.push_back(name);
-  (void)size;
   return names;
 }
 
@@ -75,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const layertap::Checkpoint ckpt({path});
     (void)ckpt.fingerprint();
-    for (const std::string& name : tensor_names(data, size)) {
+    for (const std::string& name : tensor_names(data)) {
       if (!ckpt.has(name)) std::abort();  // accepted header, tensor lost
       const layertap::TensorInfo& t = ckpt.info(name);
       try {
