@@ -24,6 +24,8 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, int m
     const std::string what = e.what();
     const auto why = what.find(": ", what.find("column"));
     LT_FAIL(where, ": malformed JSON at byte ", e.byte, ": ", why == std::string::npos ? what : what.substr(why + 2));
+  } catch (const json::exception& e) {  // e.g. out_of_range 406: a number beyond double
+    LT_FAIL(where, ": malformed JSON: ", e.what());
   }
 }
 

@@ -32,15 +32,18 @@ class SafetensorsFile {
     const RegularFile file(path, "weights file");  // the mapping outlives the descriptor
     size_ = file.size();
     LT_CHECK(size_ >= 8, "weights file '", path, "' is too small to be safetensors (", size_, " bytes)");
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
-    LT_CHECK(p != MAP_FAILED, "cannot map '", path, "': ", std::strerror(errno));
-    base_ = static_cast<const std::byte*>(p);
+    // The header length is checked before mapping: a constructor that throws runs no destructor,
+    // so nothing may be mapped until every check that can fail has passed.
     uint64_t header_len = 0;
-    std::memcpy(&header_len, base_, 8);  // little-endian on every platform we build for
+    LT_CHECK(::pread(file.fd(), &header_len, 8, 0) == 8, "cannot read weights file '", path, "': ",
+             std::strerror(errno));  // little-endian on every platform we build for
     LT_CHECK(header_len <= size_ - 8, "weights file '", path, "' has a header length ", header_len,
              " beyond its size ", size_);
     LT_CHECK(header_len <= kMaxHeaderBytes, "weights file '", path, "' has a header of ", header_len,
              " bytes; the safetensors format allows at most ", kMaxHeaderBytes);
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+    LT_CHECK(p != MAP_FAILED, "cannot map '", path, "': ", std::strerror(errno));
+    base_ = static_cast<const std::byte*>(p);
     header_.assign(reinterpret_cast<const char*>(base_) + 8, std::size_t(header_len));
     data_ = base_ + 8 + header_len;
     data_size_ = size_ - 8 - std::size_t(header_len);
