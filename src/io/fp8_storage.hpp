@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,16 @@ struct Fp8Fidelity {
   double flushed_fraction() const;    // flushed / nonzero
   void merge(const Fp8Fidelity& o);
 };
+
+// The stored sums of Fp8Fidelity by name: one list for every place that writes or reads them
+// (the /hidden_scales attributes error_<name>).
+inline constexpr std::pair<const char*, int64_t Fp8Fidelity::*> kFp8Counts[] = {
+    {"rows", &Fp8Fidelity::rows},       {"zero_rows", &Fp8Fidelity::zero_rows}, {"values", &Fp8Fidelity::values},
+    {"nonzero", &Fp8Fidelity::nonzero}, {"flushed", &Fp8Fidelity::flushed},     {"nonfinite", &Fp8Fidelity::nonfinite}};
+inline constexpr std::pair<const char*, double Fp8Fidelity::*> kFp8Sums[] = {
+    {"sum_sq_error", &Fp8Fidelity::sum_sq_error},           {"sum_sq_value", &Fp8Fidelity::sum_sq_value},
+    {"sum_row_rel_error", &Fp8Fidelity::sum_row_rel_error}, {"max_row_rel_error", &Fp8Fidelity::max_row_rel_error},
+    {"max_abs_error", &Fp8Fidelity::max_abs_error}};
 
 // The figures a manifest shows (rel_rms_error, mean/max_row_rel_error, max_abs_error,
 // flushed_to_zero_fraction) plus the sums they come from, under "sums", so that the records of

@@ -115,17 +115,8 @@ std::vector<Fp8Fidelity> ShardReader::fp8_fidelity() const {
              " points");
     for (std::size_t p = 0; p < P; ++p) out[p].*field = v[p];
   };
-  ints("rows", &Fp8Fidelity::rows);
-  ints("zero_rows", &Fp8Fidelity::zero_rows);
-  ints("values", &Fp8Fidelity::values);
-  ints("nonzero", &Fp8Fidelity::nonzero);
-  ints("flushed", &Fp8Fidelity::flushed);
-  ints("nonfinite", &Fp8Fidelity::nonfinite);
-  doubles("sum_sq_error", &Fp8Fidelity::sum_sq_error);
-  doubles("sum_sq_value", &Fp8Fidelity::sum_sq_value);
-  doubles("sum_row_rel_error", &Fp8Fidelity::sum_row_rel_error);
-  doubles("max_row_rel_error", &Fp8Fidelity::max_row_rel_error);
-  doubles("max_abs_error", &Fp8Fidelity::max_abs_error);
+  for (const auto& [name, field] : kFp8Counts) ints(name, field);
+  for (const auto& [name, field] : kFp8Sums) doubles(name, field);
   return out;
 }
 

@@ -424,17 +424,8 @@ struct ShardWriter::Impl {
       for (const auto& e : fp8_error) v.push_back(e.*field);
       h5::write_attr(ds, cat("error_", attr), v);
     };
-    ints("rows", &Fp8Fidelity::rows);
-    ints("zero_rows", &Fp8Fidelity::zero_rows);
-    ints("values", &Fp8Fidelity::values);
-    ints("nonzero", &Fp8Fidelity::nonzero);
-    ints("flushed", &Fp8Fidelity::flushed);
-    ints("nonfinite", &Fp8Fidelity::nonfinite);
-    doubles("sum_sq_error", &Fp8Fidelity::sum_sq_error);
-    doubles("sum_sq_value", &Fp8Fidelity::sum_sq_value);
-    doubles("sum_row_rel_error", &Fp8Fidelity::sum_row_rel_error);
-    doubles("max_row_rel_error", &Fp8Fidelity::max_row_rel_error);
-    doubles("max_abs_error", &Fp8Fidelity::max_abs_error);
+    for (const auto& [attr, field] : kFp8Counts) ints(attr, field);
+    for (const auto& [attr, field] : kFp8Sums) doubles(attr, field);
   }
 
   // Appends the batch's [P] x [T, H] states as rows [T, P, H] of /hidden_states. With several
