@@ -17,17 +17,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from safetensors_io import read_safetensors
+
 ARGS = None
-
-
-def read_safetensors(path):
-    """Float32 tensors of a safetensors file."""
-    raw = Path(path).read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    return {name: np.frombuffer(data[t["data_offsets"][0]:t["data_offsets"][1]], dtype=np.float32).reshape(t["shape"])
-            for name, t in header.items() if name != "__metadata__" and t["dtype"] == "F32"}
 
 
 CAPTURE = "0,2,last,final"  # point ids 0, 2, 4, 5 on the 4-layer fixture
