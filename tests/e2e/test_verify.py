@@ -20,8 +20,6 @@ import numpy as np
 from safetensors_io import read_safetensors
 
 ARGS = None
-
-
 CAPTURE = "0,2,last,final"  # point ids 0, 2, 4, 5 on the 4-layer fixture
 
 
