@@ -9,6 +9,7 @@
 //   Qwen3-MoE (SoftmaxTopk): softmax over all experts; top_k; divided by their sum when
 //   norm_topk_prob.
 // Orders: larger first; among equal values the lower index first (as the CPU's top_k).
+// NaN comes after every number (-inf included), NaNs among themselves lower index first.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -33,13 +34,21 @@ struct RouteParams {
 // The most groups a SigmoidGroupedTopk router may have (DeepSeek-V3: 8).
 inline constexpr std::int32_t kMaxRouteGroups = 64;
 
-// Whether (va, a) comes before (vb, b): the larger value, ties to the lower index.
+// Whether x is NaN (the only value unequal to itself; no fast-math in this project).
+LT_HD inline bool route_isnan(float x) { return x != x; }
+
+// Whether (va, a) comes before (vb, b): the larger value, ties to the lower index; NaN after
+// every number, NaNs by index. A strict total order over distinct indices, NaN or not, so it is
+// a valid std::sort comparator and route_next below always finds a pick while one remains.
 LT_HD inline bool route_before(float va, std::int32_t a, float vb, std::int32_t b) {
+  const bool na = route_isnan(va), nb = route_isnan(vb);
+  if (na || nb) return na && nb ? a < b : nb;
   return va > vb || (va == vb && a < b);
 }
 
-// The first of v[0..n) in route order that comes after (prev_v, prev) (prev < 0: the very first).
-// The j-th pick of a top-k is the first after the (j-1)-th: no marks, any n.
+// The first of v[0..n) in route order that comes after (prev_v, prev) (prev < 0: the very first);
+// -1 only when none is left (n picks made). The j-th pick of a top-k is the first after the
+// (j-1)-th: no marks, any n.
 LT_HD inline std::int32_t route_next(const float* v, std::int32_t n, float prev_v, std::int32_t prev) {
   std::int32_t best = -1;
   for (std::int32_t e = 0; e < n; ++e) {
@@ -100,13 +109,14 @@ LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice
     }
     return;
   }
-  // SoftmaxTopk
-  float mx = logits[0];
-  for (std::int32_t e = 1; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
+  // SoftmaxTopk. The max and the sum skip NaN, so one NaN logit leaves the other probabilities as
+  // they are (its own is NaN, ranked last) instead of turning every one into NaN.
+  float mx = -INFINITY;
+  for (std::int32_t e = 0; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
   float sum = 0.0f;
   for (std::int32_t e = 0; e < E; ++e) {
     logits[e] = route_exp(logits[e] - mx);
-    sum += logits[e];
+    if (!route_isnan(logits[e])) sum += logits[e];
   }
   for (std::int32_t e = 0; e < E; ++e) logits[e] /= sum;
   float top_sum = 0.0f;

@@ -24,9 +24,12 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "capture points: comma-separated layer inputs 0..L-1, 'last' (= L, last layer output before the "
        "final norm), 'final' (after the final norm), or the preset 'eagle3' (= 2, L/2, L-3, final)")
       ("backend", po::value(&o.backend)->default_value(o.backend),
-       "compute backend: cpu (float32, every supported model), cuda (bf16, one GPU per rank by local rank; "
-       "dense models without YaRN only, so far), or auto (cuda when every rank sees a GPU, the build has "
-       "CUDA and the model has CUDA parts, else cpu)")
+       "compute backend: cpu (float32 weights on the host, every supported model), cuda (bf16, one GPU per "
+       "rank by local rank, every supported family; weights go from the checkpoint to the GPU in their stored "
+       "form), or auto (cuda when every rank sees a GPU and the build has CUDA, else cpu)")
+      ("gpu-memory", po::value(&o.gpu_memory_gib)->default_value(o.gpu_memory_gib),
+       "GiB of device memory per rank the cuda backend may use; 0 = the device's free memory. Required "
+       "for --dry-run --backend cuda on a machine without a GPU (plans for a card of this size)")
       ("tp", po::value(&o.tp)->default_value(o.tp),
        "tensor-parallel size: ranks per model replica (consecutive ranks); the world size must be a multiple")
       ("moe-split", po::value(&o.moe_split)->default_value(o.moe_split),
@@ -59,7 +62,12 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "bytes per capture point and in all, the free space at --out, and the estimated time from a short "
        "calibration run (--calibrate-batches); writes nothing")
       ("calibrate-batches", po::value(&o.calibrate_batches)->default_value(o.calibrate_batches),
-       "--dry-run: batches each group runs to measure its speed (loads the weights; 0 skips the estimate)")
+       "--dry-run: batches each group runs to measure its speed (loads the weights; 0 skips the estimate; "
+       "skipped where the backend's device is absent)")
+      ("read-weights", po::bool_switch(&o.read_weights),
+       "--dry-run: read every byte of the checkpoint each rank would load, through the load path of its "
+       "backend, checking shapes, INT4 weight_shape values, finite weights and finite positive FP8/INT4 "
+       "scales; reports bytes, seconds, GB/s and peak anonymous memory per rank (no GPU needed)")
       ("ignore-free-space", po::bool_switch(&o.ignore_free_space),
        "start even when the projected output is larger than the free space at --out")
       ("progress-seconds", po::value(&o.progress_seconds)->default_value(o.progress_seconds),
@@ -107,6 +115,9 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   LT_CHECK(o.shard_size_mib > 0 && o.shard_size_mib <= (int64_t(1) << 20), "--shard-size-mib must be in [1, ",
            int64_t(1) << 20, "] (1 TiB), got ", o.shard_size_mib);
   LT_CHECK(o.progress_seconds > 0, "--progress-seconds must be positive");
+  LT_CHECK(o.gpu_memory_gib >= 0 && o.gpu_memory_gib <= 1e6, "--gpu-memory must be in [0, 1e6] GiB, got ",
+           o.gpu_memory_gib);
+  LT_CHECK(!o.read_weights || o.dry_run, "--read-weights is a --dry-run option (a real run reads the weights anyway)");
   LT_CHECK(o.calibrate_batches >= 0, "--calibrate-batches must be 0 or positive, got ", o.calibrate_batches);
   LT_CHECK(o.backend == "auto" || o.backend == "cpu" || o.backend == "cuda", "unknown --backend '", o.backend,
            "' (auto, cpu or cuda)");

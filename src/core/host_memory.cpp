@@ -30,4 +30,15 @@ int64_t host_memory_bytes() {
   return bytes;
 }
 
+int64_t anonymous_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  int64_t kib = 0;
+  while (in >> key) {
+    if (key == "RssAnon:") return (in >> kib) ? kib * 1024 : 0;
+    in.ignore(1 << 12, '\n');
+  }
+  return 0;
+}
+
 }  // namespace layertap

@@ -7,4 +7,8 @@ namespace layertap {
 
 int64_t host_memory_bytes();
 
+// This process's anonymous resident memory (RssAnon of /proc/self/status; 0 where unknown): what a
+// rank really holds, unlike RSS, which also counts mapped file pages that the kernel can drop.
+int64_t anonymous_resident_bytes();
+
 }  // namespace layertap

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/error.hpp"
@@ -11,16 +12,20 @@
 #include "core/text.hpp"
 
 #ifdef LAYERTAP_HAVE_CUDA
-
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/device.hpp"
+#include "backend/cuda/load_plan.hpp"
 #include "backend/cuda/local_shape.hpp"
+#include "backend/cuda/memory_plan.hpp"
+#include "backend/cuda/weight_loader.hpp"
 #include "comm/nccl_comm.hpp"
 #endif
 
 namespace layertap::job {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // This rank's position among the ranks of its node (an MPI shared-memory split).
 std::pair<int, int> local_rank_and_size() {
@@ -36,51 +41,111 @@ std::pair<int, int> local_rank_and_size() {
   return {local_rank, local_size};
 }
 
-}  // namespace
+// A host plan: named parts and their sum.
+struct HostPlan {
+  std::vector<std::pair<std::string, int64_t>> parts;
+  int64_t total() const {
+    int64_t n = 0;
+    for (const auto& [what, bytes] : parts) n += bytes;
+    return n;
+  }
+  std::string describe() const {
+    std::string s;
+    for (const auto& [what, bytes] : parts) s += cat(s.empty() ? "" : " + ", what, " ", human_bytes(bytes));
+    return s;
+  }
+};
 
-void check_host_memory(const ModelConfig& cfg, const TpShard& shard, int64_t max_batch_tokens, int64_t capture_points) {
-  const int local_ranks = local_rank_and_size().second;
-  const int64_t weights = host_weight_bytes(cfg, shard);
-  // Activations of one batch (an estimate): the captured states and a few working rows of the
-  // widest layer part, in float32.
+// CPU: float32 weights and a batch's activations (an estimate: the captured states and a few
+// working rows of the widest layer part, in float32).
+HostPlan cpu_host_plan(const ModelConfig& cfg, const TpShard& shard, const RankLoad& load) {
   const int64_t widest = std::max({cfg.hidden_size, cfg.intermediate_size / shard.size, cfg.q_dim() / shard.size,
                                    cfg.moe ? cfg.moe->expert_intermediate_size * cfg.moe->experts_per_token : 0});
-  const int64_t activations = max_batch_tokens * 4 * (capture_points * cfg.hidden_size + 8 * widest);
-  const int64_t need = (weights + activations) * local_ranks, have = host_memory_bytes();
-  LT_CHECK(need <= have, "not enough host memory: each of the ", local_ranks, " ranks on this node holds its ",
-           "float32 weights (", human_bytes(weights), " at --tp ", shard.size, ") and a batch's activations (about ",
-           human_bytes(activations), " at --max-batch-tokens ", max_batch_tokens, "), ", human_bytes(need),
-           " in all, but this host allows ", human_bytes(have), "; use a larger --tp, fewer ranks per node, or a ",
-           "smaller --max-batch-tokens");
-  log_debug("host memory: ", human_bytes(need), " needed of ", human_bytes(have));
+  return {{{"float32 weights", host_weight_bytes(cfg, shard)},
+           {"activations", load.max_batch_tokens * 4 * (load.capture_points * cfg.hidden_size + 8 * widest)},
+           {"dataset share", load.dataset_bytes}}};
 }
 
 #ifdef LAYERTAP_HAVE_CUDA
-namespace {
+// Host memory of the CUDA runtime, cuBLAS and NCCL in a process (an estimate).
+constexpr int64_t kCudaRuntimeHostBytes = int64_t(1) << 30;
+
+cuda::CudaBackendOptions cuda_options(const TpShard& shard, const RankLoad& load) {
+  cuda::CudaBackendOptions o;
+  o.max_batch_tokens = load.max_batch_tokens;
+  o.max_capture_points = load.capture_points;
+  o.moe_split = shard.moe_split;
+  o.memory_limit = std::size_t(load.gpu_memory_gib * double(int64_t(1) << 30));
+  return o;
+}
+
+// CUDA: nothing of the weights; the loader's ring, the pinned batch and capture buffers (the latter
+// on the writer only: plan_memory counts them for TP rank 0), the dataset share and the runtime.
+HostPlan cuda_host_plan(const ModelConfig& cfg, const TpShard& shard, const RankLoad& load) {
+  const cuda::CudaBackendOptions o = cuda_options(shard, load);
+  const cuda::MemoryPlan m = cuda::plan_memory(cuda::LocalShape::of(cfg, shard, cuda::PackedSource::Config), o);
+  return {{{"staging ring", int64_t(o.loader.host_bytes())},
+           {shard.rank == 0 ? "pinned batch and capture buffers" : "pinned batch buffers", int64_t(m.pinned_bytes)},
+           {"dataset share", load.dataset_bytes},
+           {"CUDA runtime (estimate)", kCudaRuntimeHostBytes}}};
+}
+
+// The device memory this rank plans for: --gpu-memory, capped by the free memory of a GPU here.
+std::size_t planned_device_bytes(const RankLoad& load) {
+  const std::size_t limit = std::size_t(load.gpu_memory_gib * double(int64_t(1) << 30));
+  if (cuda::visible_device_count() == 0) {
+    LT_CHECK(limit > 0, "--backend cuda on a machine without a GPU plans for a card of --gpu-memory GiB; "
+             "pass it (e.g. --gpu-memory 80)");
+    return limit;
+  }
+  const auto [local_rank, local_size] = local_rank_and_size();
+  cuda::select_device(cuda::local_rank_device(local_rank, local_size));
+  std::size_t free_bytes = 0, total_bytes = 0;
+  LT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return limit > 0 ? std::min(limit, free_bytes) : free_bytes;
+}
+
+cuda::LocalShape cuda_rank_shape(const ModelConfig& cfg, const Checkpoint& ckpt, const TpShard& shard) {
+  cuda::LocalShape s = cuda::LocalShape::of(cfg, shard, cuda::PackedSource::Checkpoint, &ckpt);
+  s.router_lo = cuda::routers_need_low_part(s, ckpt);
+  return s;
+}
 
 // The CUDA backend together with the communicator it all-reduces through (declared first, so
 // it outlives the backend).
 class CudaRankBackend final : public Backend {
  public:
-  // Quantized Linears stay packed on the device, read from `ckpt` as stored.
-  CudaRankBackend(std::unique_ptr<DeviceAllReduce> comm, const ModelConfig& cfg, const ModelWeights& weights,
-                  const Checkpoint& ckpt, cuda::CudaBackendOptions options)
-      : comm_(std::move(comm)), impl_(cfg, weights, ckpt, *comm_, options) {}
+  CudaRankBackend(std::unique_ptr<DeviceAllReduce> comm, const ModelConfig& cfg, const Checkpoint& ckpt,
+                  cuda::CudaBackendOptions options)
+      : comm_(std::move(comm)), impl_(cfg, ckpt, *comm_, options) {}
   std::string name() const override { return impl_.name(); }
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan, DType dtype) override {
     return impl_.forward(batch, plan, dtype);
   }
   std::string description() const { return impl_.description(); }
+  const cuda::LoadStats& load_stats() const { return impl_.load_stats(); }
 
  private:
   std::unique_ptr<DeviceAllReduce> comm_;
   cuda::CudaBackend impl_;
 };
-
-}  // namespace
 #endif
 
-std::string resolve_backend(const std::string& requested, const ModelConfig& cfg) {
+std::string gb_per_s(int64_t bytes, double seconds) {
+  return seconds > 0 ? fixed(double(bytes) / seconds / 1e9, 2) + " GB/s" : std::string("-");
+}
+
+}  // namespace
+
+bool gpu_visible() {
+#ifdef LAYERTAP_HAVE_CUDA
+  return cuda::visible_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+std::string resolve_backend(const std::string& requested, const ModelConfig& cfg, bool planning) {
 #ifdef LAYERTAP_HAVE_CUDA
   const bool gpu_here = cuda::visible_device_count() > 0;
   const bool gpu_everywhere = !any_rank(!gpu_here);
@@ -89,19 +154,39 @@ std::string resolve_backend(const std::string& requested, const ModelConfig& cfg
   if (requested == "cuda") {
     LT_CHECK(missing.empty(), "--backend cuda: ", cfg.architecture, " needs ", missing,
              ", which the CUDA backend does not implement yet; use --backend cpu (or auto)");
-    LT_CHECK(gpu_here, "--backend cuda: this rank sees no GPU (check CUDA_VISIBLE_DEVICES and the driver)");
+    LT_CHECK(gpu_here || planning, "--backend cuda: this rank sees no GPU (check CUDA_VISIBLE_DEVICES and the "
+             "driver; --dry-run --gpu-memory GiB plans a job without one)");
   }
   return requested;
 #else
   (void)cfg;
+  (void)planning;
   LT_CHECK(requested != "cuda", "--backend cuda: this build has no CUDA (configure with nvcc on PATH)");
   return "cpu";
 #endif
 }
 
+void check_host_memory(const std::string& backend, const ModelConfig& cfg, const TpShard& shard, const RankLoad& load) {
+  const int local_ranks = local_rank_and_size().second;
+#ifdef LAYERTAP_HAVE_CUDA
+  const HostPlan plan = backend == "cuda" ? cuda_host_plan(cfg, shard, load) : cpu_host_plan(cfg, shard, load);
+#else
+  (void)backend;
+  const HostPlan plan = cpu_host_plan(cfg, shard, load);
+#endif
+  // Every rank of a node alike (the writer's capture buffers counted for each: an upper bound).
+  const int64_t mine = max_over_ranks(plan.total()), have = host_memory_bytes();
+  const int64_t need = mine > (int64_t(1) << 62) / local_ranks ? int64_t(1) << 62 : mine * local_ranks;
+  LT_CHECK(need <= have, "not enough host memory: each of the ", local_ranks, " ranks on this node holds up to ",
+           human_bytes(mine), " (", plan.describe(), " at --tp ", shard.size, ", --max-batch-tokens ",
+           load.max_batch_tokens, ", backend ", backend, "), ", human_bytes(need), " in all, but this host allows ",
+           human_bytes(have), "; use a larger --tp, fewer ranks per node, or a smaller --max-batch-tokens",
+           backend == "cpu" ? " (the cuda backend keeps no weights on the host)" : "");
+  log_debug("host memory: ", human_bytes(need), " needed of ", human_bytes(have));
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
-                                      const TpShard& shard, MpiGroups& groups, int64_t max_batch_tokens,
-                                      int64_t capture_points) {
+                                      const TpShard& shard, MpiGroups& groups, const RankLoad& load) {
 #ifdef LAYERTAP_HAVE_CUDA
   if (backend == "cuda") {
     const auto [local_rank, local_size] = local_rank_and_size();
@@ -111,20 +196,76 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
       comm = std::make_unique<SoloDeviceAllReduce>();
     else
       comm = std::make_unique<NcclComm>(groups.tp_mpi());
-    cuda::CudaBackendOptions options;
-    options.max_batch_tokens = max_batch_tokens;
-    options.max_capture_points = capture_points;
-    options.moe_split = shard.moe_split;
-    auto b = std::make_unique<CudaRankBackend>(std::move(comm), cfg, load_weights(ckpt, cfg, shard), ckpt, options);
+    auto b = std::make_unique<CudaRankBackend>(std::move(comm), cfg, ckpt, cuda_options(shard, load));
+    const cuda::LoadStats& st = b->load_stats();
     log_info(b->description());
+    log_info("weights read: ", human_bytes(int64_t(st.bytes_read)), " in ", fixed(st.seconds, 1), " s (",
+             gb_per_s(int64_t(st.bytes_read), st.seconds), "), peak anonymous host memory ",
+             human_bytes(st.peak_anonymous_bytes));
     return b;
   }
 #else
-  (void)max_batch_tokens;
-  (void)capture_points;
+  (void)load;
 #endif
   LT_CHECK(backend == "cpu", "unknown backend '", backend, "'");
   return std::make_unique<CpuBackend>(cfg, load_weights(ckpt, cfg, shard), groups.tp());
+}
+
+std::string describe_rank_plan(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
+                               const TpShard& shard, const RankLoad& load) {
+#ifdef LAYERTAP_HAVE_CUDA
+  if (backend == "cuda") {
+    const cuda::CudaBackendOptions o = cuda_options(shard, load);
+    const cuda::LocalShape s = cuda_rank_shape(cfg, ckpt, shard);
+    const cuda::MemoryPlan m = cuda::plan_memory(s, o);
+    const cuda::LoadPlan lp = cuda::plan_load(s, ckpt, cfg.quant);
+    const HostPlan host = cuda_host_plan(cfg, shard, load);
+    std::string r = cat("  reads      ", human_bytes(int64_t(lp.read_bytes)), " from ", lp.files, " files: bf16 ",
+                        human_bytes(int64_t(lp.bf16_bytes)), ", converted to bf16 ",
+                        human_bytes(int64_t(lp.converted_bytes)), ", FP8 ", human_bytes(int64_t(lp.fp8_bytes)),
+                        ", INT4 ", human_bytes(int64_t(lp.int4_bytes)), ", scales ",
+                        human_bytes(int64_t(lp.scale_bytes)), "\n");
+    r += cuda::describe_device_plan(m, s, planned_device_bytes(load), o);
+    r += cat("  host       ", human_bytes(host.total()), " (", host.describe(), "; no weights)\n");
+    return r;
+  }
+#endif
+  (void)ckpt;
+  const HostPlan host = cpu_host_plan(cfg, shard, load);
+  return cat("  host       ", human_bytes(host.total()), " (", host.describe(), ")\n");
+}
+
+bool rank_plan_fits(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt, const TpShard& shard,
+                    const RankLoad& load) {
+#ifdef LAYERTAP_HAVE_CUDA
+  if (backend == "cuda")
+    return cuda::device_bytes_needed(cuda::plan_memory(cuda_rank_shape(cfg, ckpt, shard), cuda_options(shard, load))) <=
+           planned_device_bytes(load);
+#endif
+  (void)backend, (void)cfg, (void)ckpt, (void)shard, (void)load;
+  return true;
+}
+
+std::string pre_read_weights(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
+                             const TpShard& shard) {
+  const auto t0 = Clock::now();
+#ifdef LAYERTAP_HAVE_CUDA
+  if (backend == "cuda") {
+    const cuda::LoadPlan plan = cuda::plan_load(cuda_rank_shape(cfg, ckpt, shard), ckpt, cfg.quant);
+    cuda::HostTarget nowhere(nullptr);
+    const cuda::LoadStats st = cuda::run_load_plan(plan, nowhere, cuda::LoaderOptions{});
+    return cat("read ", human_bytes(int64_t(st.bytes_read)), " (", st.copies, " windows of ", plan.files,
+               " files) in ", fixed(st.seconds, 1), " s, ", gb_per_s(int64_t(st.bytes_read), st.seconds),
+               ", peak anonymous memory ", human_bytes(st.peak_anonymous_bytes), ": every value checked");
+  }
+#endif
+  (void)backend;
+  const int64_t bytes = host_weight_bytes(cfg, shard);
+  const ModelWeights w = load_weights(ckpt, cfg, shard);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return cat("decoded ", human_bytes(bytes), " of float32 weights in ", fixed(s, 1), " s (",
+             gb_per_s(bytes, s), " of float32), anonymous memory ", human_bytes(anonymous_resident_bytes()),
+             " holding them (the cpu backend's load path)");
 }
 
 }  // namespace layertap::job

@@ -42,6 +42,14 @@ using nlohmann::json;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Every line of `text` after `prefix`.
+std::string indent(const std::string& text, const std::string& prefix) {
+  std::string out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out += prefix + line + "\n";
+  return out;
+}
+
 double peak_rss_mib() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -52,7 +60,8 @@ double peak_rss_mib() {
 // space, and (with --calibrate-batches) the time from a few batches of each group. Writes nothing.
 int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::DatasetIndex& index,
             const std::vector<std::pair<std::size_t, std::size_t>>& group_ranges, const WorldLayout& world,
-            const TpShard& shard, const std::string& backend_name, int64_t projected, Clock::time_point t_start) {
+            const TpShard& shard, const std::string& backend_name, const RankLoad& load, int64_t projected,
+            Clock::time_point t_start) {
   const bool lead = world.world_rank == 0;
   const std::vector<int64_t> lengths = index.lengths();
   std::ostringstream report;
@@ -84,13 +93,31 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
   report << "free space  " << human_bytes(available) << " at " << o.out
          << (projected <= available ? " (enough)" : " (NOT enough: a real run would refuse to start)") << "\n";
 
-  if (o.calibrate_batches > 0) {
+  // Each rank's memory plan (and, with --read-weights, its pre-read), in rank order.
+  const Checkpoint ckpt(checkpoint_files(o.model));
+  const std::vector<std::string> plans = gather_strings(
+      cat("rank ", world.world_rank, " (group ", world.dp_rank, ", tp rank ", world.tp_rank, ")\n",
+          describe_rank_plan(backend_name, cfg, ckpt, shard, load)));
+  const bool fits = !any_rank(!rank_plan_fits(backend_name, cfg, ckpt, shard, load));
+  report << "memory      per rank, backend " << backend_name
+         << (fits ? "" : " (NOT enough device memory: a real run would refuse to start)") << "\n";
+  for (const std::string& p : plans) report << indent(p, "  ");
+  if (o.read_weights) {
+    const std::vector<std::string> reads = gather_strings(
+        cat("rank ", world.world_rank, ": ", pre_read_weights(backend_name, cfg, ckpt, shard), "\n"));
+    report << "read        every byte each rank loads (--read-weights)\n";
+    for (const std::string& r : reads) report << indent(r, "  ");
+  }
+  // The cuda backend planned for --gpu-memory without a GPU here runs no calibration.
+  const bool can_run = backend_name != "cuda" || !any_rank(!gpu_visible());
+  if (o.calibrate_batches > 0 && !can_run)
+    report << "calibration skipped: no GPU on this machine (the plan above is for --gpu-memory " << o.gpu_memory_gib
+           << " GiB)\n";
+  if (o.calibrate_batches > 0 && can_run && fits) {
     // A few batches of each group's own samples, on the backend a real run would use.
     MpiGroups groups(world);
-    const Checkpoint ckpt(checkpoint_files(o.model));
     const auto t_load = Clock::now();
-    const std::unique_ptr<Backend> backend =
-        make_backend(backend_name, cfg, ckpt, shard, groups, o.max_batch_tokens, int64_t(plan.points.size()));
+    const std::unique_ptr<Backend> backend = make_backend(backend_name, cfg, ckpt, shard, groups, load);
     const double load_s = max_over_ranks(seconds_since(t_load));
     const auto [first, last] = group_ranges[std::size_t(world.dp_rank)];
     const std::vector<int64_t> mine(lengths.begin() + long(first), lengths.begin() + long(last));
@@ -142,7 +169,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   check_output_path(out);
   const std::string config_path = (fs::path(o.model) / "config.json").string();
   const ModelConfig cfg = load_model_config(config_path);
-  const std::string backend_name = resolve_backend(o.backend, cfg);
+  const std::string backend_name = resolve_backend(o.backend, cfg, o.dry_run && o.gpu_memory_gib > 0);
   const TpShard shard{world.tp_rank, world.tp, parse_moe_split(o.moe_split)};
   check_tp_divisibility(cfg, shard);
   const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
@@ -156,14 +183,20 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
              index.total_tokens(), " tokens");
   const std::string& dataset_sha256 = index.sha256;
   const int64_t total_tokens = index.total_tokens();
-  const auto group_ranges = split_by_tokens(index.lengths(), world.dp);
+  const std::vector<int64_t> lengths = index.lengths();
+  const auto group_ranges = split_by_tokens(lengths, world.dp);
   const auto [first_sample, last_sample] = group_ranges[std::size_t(world.dp_rank)];
-  check_host_memory(cfg, shard, o.max_batch_tokens, int64_t(plan.points.size()));
+  const int64_t group_tokens = std::accumulate(lengths.begin() + long(first_sample),
+                                               lengths.begin() + long(last_sample), int64_t(0));
+  // Parsed samples: int32 ids and a uint8 mask per token, and an id string and vectors per sample.
+  const RankLoad load{o.max_batch_tokens, int64_t(plan.points.size()),
+                      group_tokens * 5 + int64_t(last_sample - first_sample) * 128, o.gpu_memory_gib};
+  check_host_memory(backend_name, cfg, shard, load);
   const int64_t projected = projected_output_bytes(total_tokens, int64_t(index.samples.size()),
                                                    int64_t(plan.points.size()), cfg.hidden_size,
                                                    io::parse_storage_dtype(o.store_dtype), world.dp,
                                                    o.shard_size_mib << 20);
-  if (o.dry_run) return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, projected, t_start);
+  if (o.dry_run) return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, load, projected, t_start);
   run_on_world_root(lead, [&] {
     const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
     LT_CHECK(o.ignore_free_space || projected <= available, "the output will take about ", human_bytes(projected),
@@ -213,8 +246,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       points += cat(p ? ", " : "", plan.points[p].spec, " (", plan.meaning(p), ")");
     log_info("capture '", o.capture, "' -> ", points);
   }
-  const std::unique_ptr<Backend> backend =
-      make_backend(backend_name, cfg, ckpt, shard, groups, o.max_batch_tokens, int64_t(plan.points.size()));
+  const std::unique_ptr<Backend> backend = make_backend(backend_name, cfg, ckpt, shard, groups, load);
   const auto t_loaded = Clock::now();
   if (lead) log_info("weights loaded in ", seconds_since(t_start), " s");
 

@@ -24,6 +24,8 @@ struct ExtractOptions {
   std::string on_nonfinite = "fail";  // fail | skip: a sample with NaN/Inf states
   bool dry_run = false;          // plan, estimate and check; write nothing
   int64_t calibrate_batches = 2; // --dry-run: batches run per group to estimate the time (0: none)
+  bool read_weights = false;     // --dry-run: pre-read and check every byte each rank would load
+  double gpu_memory_gib = 0;     // cuda: device memory a rank may use (0: the device's free memory)
   bool ignore_free_space = false;  // start even when the projected output exceeds the free space
   double progress_seconds = 30;
   std::string log_level = "info";

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "model/packed_weights.hpp"
 
 namespace layertap {
 
@@ -64,23 +65,7 @@ std::vector<float> LinearReader::read_int4(const std::string& module, int64_t ou
   const TensorInfo& scale = ck_.info(module + ".weight_scale");
   check_tensor(scale, {DType::BF16, DType::F16, DType::F32}, {out, ceil_div(in, g)},
                cat("int4 groups of ", g, " over [", out, ", ", in, "]").c_str());
-  if (ck_.has(module + ".weight_shape")) {  // the original [out, in], as compressed-tensors records it
-    const TensorInfo& shape = ck_.info(module + ".weight_shape");
-    LT_CHECK((shape.dtype == DType::I64 || shape.dtype == DType::I32) && shape.shape == std::vector<int64_t>{2},
-             "tensor '", shape.name, "' must be an int64 or int32 vector of 2");
-    int64_t recorded[2];
-    for (int i = 0; i < 2; ++i) {
-      if (shape.dtype == DType::I64) {
-        std::memcpy(&recorded[i], shape.data + 8 * i, 8);
-      } else {
-        int32_t v;
-        std::memcpy(&v, shape.data + 4 * i, 4);
-        recorded[i] = v;
-      }
-    }
-    LT_CHECK(recorded[0] == out && recorded[1] == in, "tensor '", shape.name, "' records shape [", recorded[0], ", ",
-             recorded[1], "], the config implies [", out, ", ", in, "]");
-  }
+  check_int4_weight_shape(ck_, module, out, in);
   std::vector<float> dst(std::size_t(win.rows) * std::size_t(win.cols));
   quant::dequantize_int4_group(packed.data, scale.data, scale.dtype, out, in, g, win, dst.data());
   ck_.release(packed);

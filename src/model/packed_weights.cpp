@@ -24,12 +24,11 @@ void check_window(const quant::Window& w, int64_t out, int64_t in, const std::st
            module, " [", out, ", ", in, "]");
 }
 
-// Rows [r0, r0 + rows) x bytes [b0, b0 + width) of a row-major matrix of `row_bytes`-byte rows.
-std::vector<std::byte> copy_window(const std::byte* base, int64_t row_bytes, int64_t r0, int64_t rows, int64_t b0,
-                                   int64_t width) {
-  std::vector<std::byte> out(std::size_t(rows * width));
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out.data() + r * width, base + (r0 + r) * row_bytes + b0, std::size_t(width));
+// A stored window's bytes, from the mapping.
+std::vector<std::byte> copy_window(const StoredWindow& w) {
+  std::vector<std::byte> out(std::size_t(w.bytes()));
+  for (int64_t r = 0; r < w.rows; ++r)
+    std::memcpy(out.data() + r * w.width, w.tensor->data + (w.row0 + r) * w.row_bytes + w.byte0, std::size_t(w.width));
   return out;
 }
 
@@ -53,12 +52,44 @@ int64_t packed_linear_bytes(PackedLinear::Format format, const QuantConfig& q, D
   return w.rows * ceil_div(w.cols, 8) * 4 + w.rows * ceil_div(w.cols, q.group_size) * int64_t(dtype_size(scale_dtype));
 }
 
-PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& q, const std::string& module, int64_t out,
-                                int64_t in, const quant::Window& win) {
+void check_int4_weight_shape(const Checkpoint& ckpt, const std::string& module, int64_t out, int64_t in) {
+  if (!ckpt.has(module + ".weight_shape")) return;
+  const TensorInfo& shape = ckpt.info(module + ".weight_shape");
+  LT_CHECK((shape.dtype == DType::I64 || shape.dtype == DType::I32) && shape.shape == std::vector<int64_t>{2},
+           "tensor '", shape.name, "' in '", shape.file, "' must be an int64 or int32 vector of 2");
+  int64_t recorded[2];
+  for (int i = 0; i < 2; ++i) {
+    if (shape.dtype == DType::I64) {
+      std::memcpy(&recorded[i], shape.data + 8 * i, 8);
+    } else {
+      int32_t v;
+      std::memcpy(&v, shape.data + 4 * i, 4);
+      recorded[i] = v;
+    }
+  }
+  LT_CHECK(recorded[0] == out && recorded[1] == in, "tensor '", shape.name, "' records shape [", recorded[0], ", ",
+           recorded[1], "], the config implies [", out, ", ", in, "] (in '", shape.file, "')");
+}
+
+StoredWindow float_window(const TensorInfo& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+  const int64_t esize = int64_t(dtype_size(t.dtype));
+  const int64_t width = t.shape.size() == 1 ? t.shape[0] : t.shape.size() == 2 ? t.shape[1] : -1;
+  const int64_t height = t.shape.size() == 1 ? 1 : t.shape.size() == 2 ? t.shape[0] : -1;
+  LT_CHECK(width >= 0, "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape),
+           ", a weight window needs 1 or 2 dimensions");
+  LT_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= height && col0 >= 0 && cols >= 0 && col0 + cols <= width,
+           "tensor '", t.name, "': window rows [", row0, ", +", rows, ") x columns [", col0, ", +", cols,
+           ") is outside ", shape_str(t.shape));
+  return {&t, width * esize, row0, rows, col0 * esize, cols * esize};
+}
+
+PackedLayout packed_layout(const Checkpoint& ckpt, const QuantConfig& q, const std::string& module, int64_t out,
+                           int64_t in, const quant::Window& win) {
   const std::optional<PackedLinear::Format> format = packed_format(ckpt, q, module);
   LT_CHECK(format.has_value(), "module '", module, "' is not stored packed (FP8 blocks or INT4 groups)");
   check_window(win, out, in, module);
-  PackedLinear p;
+  PackedLayout l;
+  PackedLinear& p = l.shape;
   p.format = *format;
   p.rows = win.rows;
   p.cols = win.cols;
@@ -76,9 +107,9 @@ PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& q, co
     p.scale_rows = ceil_div(p.row_phase + win.rows, br);
     p.scale_cols = ceil_div(p.col_phase + win.cols, bc);
     p.scale_dtype = DType::F32;
-    p.data = copy_window(w.data, in, win.row0, win.rows, win.col0, win.cols);
-    p.scales = copy_window(s.data, grid_cols * 4, win.row0 / br, p.scale_rows, (win.col0 / bc) * 4, p.scale_cols * 4);
-    return p;
+    l.data = {&w, in, win.row0, win.rows, win.col0, win.cols};
+    l.scales = {&s, grid_cols * 4, win.row0 / br, p.scale_rows, (win.col0 / bc) * 4, p.scale_cols * 4};
+    return l;
   }
   const int64_t g = q.group_size;
   LT_CHECK(win.col0 % g == 0 && win.col0 % 8 == 0, "module '", module, "': a packed INT4 window must start on a group ",
@@ -91,14 +122,24 @@ PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& q, co
   LT_CHECK(scale.dtype == DType::BF16 || scale.dtype == DType::F16 || scale.dtype == DType::F32, "tensor '",
            scale.name, "' has dtype ", dtype_name(scale.dtype), ", int4 scales must be bfloat16, float16 or float32");
   check_shape(scale, scale.dtype, {out, groups}, cat("int4 groups of ", g, " over [", out, ", ", in, "]"));
+  check_int4_weight_shape(ckpt, module, out, in);
   const int64_t ssize = int64_t(dtype_size(scale.dtype));
   p.group = g;
   p.scale_dtype = scale.dtype;
   p.scale_rows = win.rows;
   p.scale_cols = ceil_div(win.cols, g);
   // A window that ends inside the last word (cols % 8 != 0 at the matrix's end) takes that word whole.
-  p.data = copy_window(packed.data, words * 4, win.row0, win.rows, (win.col0 / 8) * 4, ceil_div(win.cols, 8) * 4);
-  p.scales = copy_window(scale.data, groups * ssize, win.row0, win.rows, (win.col0 / g) * ssize, p.scale_cols * ssize);
+  l.data = {&packed, words * 4, win.row0, win.rows, (win.col0 / 8) * 4, ceil_div(win.cols, 8) * 4};
+  l.scales = {&scale, groups * ssize, win.row0, win.rows, (win.col0 / g) * ssize, p.scale_cols * ssize};
+  return l;
+}
+
+PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& q, const std::string& module, int64_t out,
+                                int64_t in, const quant::Window& win) {
+  const PackedLayout l = packed_layout(ckpt, q, module, out, in, win);
+  PackedLinear p = l.shape;
+  p.data = copy_window(l.data);
+  p.scales = copy_window(l.scales);
   return p;
 }
 

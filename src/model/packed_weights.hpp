@@ -17,6 +17,19 @@
 
 namespace layertap {
 
+// A window of one stored tensor viewed as a byte matrix: rows [row0, row0 + rows) x bytes
+// [byte0, byte0 + width) of rows of `row_bytes` bytes (a 1-D tensor is one row). What a loader
+// reads from the file, without reading it.
+struct StoredWindow {
+  const TensorInfo* tensor = nullptr;
+  int64_t row_bytes = 0, row0 = 0, rows = 0, byte0 = 0, width = 0;
+  int64_t bytes() const { return rows * width; }
+  bool contiguous() const { return rows <= 1 || width == row_bytes; }  // one run of bytes in the file
+};
+
+// Rows [row0, +rows) x columns [col0, +cols) of a float tensor of shape [out, in] (1-D: [1, in]).
+StoredWindow float_window(const TensorInfo& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols);
+
 struct PackedLinear {
   enum class Format { Fp8Block, Int4Group };
   Format format = Format::Fp8Block;
@@ -33,15 +46,28 @@ struct PackedLinear {
   std::vector<std::byte> data, scales;
 };
 
+// Where a packed window's bytes are in the checkpoint: the fields of PackedLinear (data and scales
+// left empty) and the two stored windows they are read from.
+struct PackedLayout {
+  PackedLinear shape;
+  StoredWindow data, scales;
+};
+
 // How `module` (full tensor-name prefix) is stored: nullopt for plain float weights.
 std::optional<PackedLinear::Format> packed_format(const Checkpoint& ckpt, const QuantConfig& quant,
                                                   const std::string& module);
 
 // Window `win` of module's [out, in] weight, as stored. Throws naming the tensor when the module is
-// plain, when its tensors do not have the shapes [out, in] implies, or (INT4) when the window does
-// not start on a group boundary that is also a word boundary.
+// plain, when its tensors do not have the shapes [out, in] implies, when an INT4 weight_shape records
+// another shape, or (INT4) when the window does not start on a group boundary that is also a word
+// boundary. packed_layout reads nothing but weight_shape's 2 values.
+PackedLayout packed_layout(const Checkpoint& ckpt, const QuantConfig& quant, const std::string& module, int64_t out,
+                           int64_t in, const quant::Window& win);
 PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& quant, const std::string& module,
                                 int64_t out, int64_t in, const quant::Window& win);
+
+// Throws naming the tensor when module's INT4 `weight_shape` (if present) does not record [out, in].
+void check_int4_weight_shape(const Checkpoint& ckpt, const std::string& module, int64_t out, int64_t in);
 
 // Bytes read_packed_linear gives for such a window (data + scales), from the shapes alone.
 int64_t packed_linear_bytes(PackedLinear::Format format, const QuantConfig& quant, DType scale_dtype,

@@ -107,6 +107,7 @@ class SafetensorsFile {
         }
         LT_CHECK(n == off[1] - off[0], "holds ", off[1] - off[0], " bytes, its shape and dtype need ", n);
         t.data = data_ + off[0];
+        t.offset = uint64_t(data_ - base_) + off[0];
         spans.emplace_back(off[0], off[1]);
         mine.emplace(name, t);
       } catch (const Error& e) {

@@ -19,6 +19,7 @@ struct TensorInfo {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;  // inside the file's mapping
+  uint64_t offset = 0;              // of data's first byte in the file (for pread)
 };
 
 class SafetensorsFile;  // one mapped file

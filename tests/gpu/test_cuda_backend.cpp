@@ -415,9 +415,10 @@ int golden_moe(const std::string& name, int tp, MoeSplit split) {
         o.max_batch_tokens = total_tokens(ref);
         o.max_capture_points = int64_t(plan.points.size());
         o.moe_split = split;
-        const ModelWeights w = load_weights(ckpt, cfg, TpShard{r, tp, split});
-        auto backend = packed ? std::make_unique<cuda::CudaBackend>(cfg, w, ckpt, comm, o)
-                              : std::make_unique<cuda::CudaBackend>(cfg, w, comm, o);
+        // packed: the production path (the load plan from the checkpoint); else float32 host slices.
+        auto backend = packed ? std::make_unique<cuda::CudaBackend>(cfg, ckpt, comm, o)
+                              : std::make_unique<cuda::CudaBackend>(cfg, load_weights(ckpt, cfg, TpShard{r, tp, split}),
+                                                                    comm, o);
         if (r == 0) std::printf("     %s: %s\n", label.c_str(), backend->description().c_str());
         for (std::size_t b = 0; b < batches.size(); ++b) {
           backend->force_routing(routing[b].experts, routing[b].weights);
@@ -444,7 +445,8 @@ int golden_moe(const std::string& name, int tp, MoeSplit split) {
   return fails;
 }
 
-// A quantized checkpoint held packed gives the states of its decoded values uploaded as bf16.
+// A quantized checkpoint loaded by its plan (held packed) gives the states of its decoded values
+// uploaded as bf16.
 int packed_matches_bf16(const std::string& name) {
   const fs::path dir = fixture(name);
   const ModelConfig cfg = load_model_config((dir / "config.json").string());
@@ -457,7 +459,7 @@ int packed_matches_bf16(const std::string& name) {
   cuda::CudaBackendOptions o;
   o.max_batch_tokens = all.num_tokens();
   o.max_capture_points = int64_t(plan.points.size());
-  cuda::CudaBackend plain(cfg, w, solo, o), kept(cfg, w, ckpt, solo, o);
+  cuda::CudaBackend plain(cfg, w, solo, o), kept(cfg, ckpt, solo, o);
   const States a = plain.forward(all, plan, DType::BF16), b = kept.forward(all, plan, DType::BF16);
   std::size_t differ = 0;
   for (std::size_t p = 0; p < a.size(); ++p) differ += a[p] != b[p];

@@ -1,14 +1,23 @@
 // cpu::route on tiny hand-made inputs whose answer is known: DeepSeek noaux_tc (sigmoid scores, the
 // bias steering only the choice, group-limited top-k with masked groups at -inf, weights from the
 // unbiased scores, normalised if norm_topk_prob, times routed_scaling_factor) and Qwen3-MoE
-// (softmax top-k, optionally renormalised).
+// (softmax top-k, optionally renormalised). Then NaN router logits: the route order puts NaN after
+// every number, so kernels::route_token and cpu::route always pick distinct experts in [0, E).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/moe.hpp"
 #include "core/error.hpp"
+// Plain host C++ when not compiled by nvcc.
+#include "kernels/moe_routing.hpp"
 
 namespace layertap {
 namespace {
@@ -159,6 +168,271 @@ TEST(MoeRouting, Qwen3SoftmaxTopK) {
 TEST(MoeRouting, RouterShapeIsChecked) {
   const std::vector<float> h(8, 0.0f);
   EXPECT_THROW(cpu::route(deepseek(4, 2, 1, 1), identity_router(4, {0, 0, 0, 0}), h.data(), 1, 8), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// NaN router logits
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+MoeConfig qwen(int64_t E, int64_t k, bool norm) {
+  MoeConfig m;
+  m.routing = MoeConfig::Routing::SoftmaxTopk;
+  m.num_experts = E;
+  m.experts_per_token = k;
+  m.norm_topk_prob = norm;
+  return m;
+}
+
+struct NamedConfig {
+  std::string name;
+  MoeConfig m;
+};
+
+// Flat and grouped sigmoid (4 and 2 experts per group) and softmax, with and without renormalisation.
+std::vector<NamedConfig> nan_configs() {
+  return {{"sigmoid 16 experts, 1 group", deepseek(16, 4, 1, 1)},
+          {"sigmoid 16 experts, 4 groups of 4, 2 kept", deepseek(16, 4, 4, 2)},
+          {"sigmoid 32 experts, 8 groups of 4, 3 kept, unnormalised", deepseek(32, 6, 8, 3, false, 2.827)},
+          {"sigmoid 8 experts, 4 groups of 2, 2 kept", deepseek(8, 3, 4, 2)},
+          {"softmax 16 experts", qwen(16, 4, true)},
+          {"softmax 16 experts, unnormalised", qwen(16, 4, false)}};
+}
+
+bool sigmoid_routing(const MoeConfig& m) { return m.routing == MoeConfig::Routing::SigmoidGroupedTopk; }
+
+// Whether one NaN logit routes as that logit at -inf would (no score bias). Not with 2 experts per
+// group: the NaN makes its group's top-2 sum NaN and the group ranks last, where -inf (score 0) would
+// leave the group its best expert's score.
+bool nan_routes_as_minus_inf(const MoeConfig& m) { return !sigmoid_routing(m) || m.num_experts / m.n_group >= 3; }
+
+kernels::RouteParams params_of(const MoeConfig& m) {
+  kernels::RouteParams p;
+  p.kind = sigmoid_routing(m) ? kernels::RouteParams::SigmoidGroupedTopk : kernels::RouteParams::SoftmaxTopk;
+  p.num_experts = std::int32_t(m.num_experts);
+  p.top_k = std::int32_t(m.experts_per_token);
+  p.n_group = std::int32_t(m.n_group);
+  p.topk_group = std::int32_t(m.topk_group);
+  p.norm_topk_prob = m.norm_topk_prob;
+  p.routed_scaling_factor = float(m.routed_scaling_factor);
+  return p;
+}
+
+// kernels::route_token, token by token, over logits [T, E] (bias: E or empty = none).
+cpu::Routing route_kernel(const MoeConfig& m, const std::vector<float>& logits, const std::vector<float>& bias) {
+  const int64_t E = m.num_experts, k = m.experts_per_token, T = int64_t(logits.size()) / E;
+  const kernels::RouteParams p = params_of(m);
+  cpu::Routing r;
+  r.k = k;
+  r.experts.resize(std::size_t(T * k));
+  r.weights.resize(std::size_t(T * k));
+  std::vector<float> l(static_cast<std::size_t>(E)), choice(static_cast<std::size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy(logits.begin() + t * E, logits.begin() + (t + 1) * E, l.begin());
+    kernels::route_token(p, l.data(), choice.data(), bias.empty() ? nullptr : bias.data(), r.experts.data() + t * k,
+                         r.weights.data() + t * k);
+  }
+  return r;
+}
+
+// Every expert id in [0, E), distinct within each token.
+void expect_valid(const cpu::Routing& r, int64_t E) {
+  ASSERT_GT(r.k, 0);
+  ASSERT_EQ(r.experts.size() % std::size_t(r.k), 0u);
+  for (std::size_t t = 0; t < r.experts.size() / std::size_t(r.k); ++t) {
+    std::set<int32_t> seen;
+    for (std::size_t j = 0; j < std::size_t(r.k); ++j) {
+      const int32_t e = r.experts[t * std::size_t(r.k) + j];
+      ASSERT_GE(e, 0) << "token " << t << " pick " << j;
+      ASSERT_LT(e, E) << "token " << t << " pick " << j;
+      ASSERT_TRUE(seen.insert(e).second) << "token " << t << ": expert " << e << " picked twice";
+    }
+  }
+}
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// The same experts and bit-identical weights (any NaN matching any NaN).
+void expect_same(const cpu::Routing& got, const cpu::Routing& want) {
+  ASSERT_EQ(got.k, want.k);
+  EXPECT_EQ(got.experts, want.experts);
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  for (std::size_t i = 0; i < got.weights.size(); ++i) {
+    const float a = got.weights[i], b = want.weights[i];
+    EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || bits(a) == bits(b)) << "weight " << i << ": " << a << " vs " << b;
+  }
+}
+
+std::vector<float> normal_values(std::mt19937_64& rng, std::size_t n, float sd) {
+  std::normal_distribution<float> normal(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST(MoeRoutingNaN, RouteOrderPutsNaNAfterEveryNumber) {
+  using kernels::route_before;
+  EXPECT_TRUE(route_before(-kInf, 5, kNaN, 0));
+  EXPECT_FALSE(route_before(kNaN, 0, -kInf, 5));
+  EXPECT_TRUE(route_before(kInf, 3, kNaN, 1));
+  EXPECT_TRUE(route_before(kNaN, 1, kNaN, 2));
+  EXPECT_FALSE(route_before(kNaN, 2, kNaN, 1));
+  EXPECT_FALSE(route_before(kNaN, 2, kNaN, 2));
+  EXPECT_TRUE(route_before(-kNaN, 1, kNaN, 2));  // the sign of a NaN does not matter
+  // Non-NaN values keep the order they had: larger first, ties (+0 and -0 too) to the lower index.
+  auto old_before = [](float va, int32_t a, float vb, int32_t b) { return va > vb || (va == vb && a < b); };
+  std::mt19937_64 rng(11);
+  const std::vector<float> specials = {0.0f, -0.0f, kInf, -kInf, 1.0f, -1.0f, std::numeric_limits<float>::denorm_min()};
+  std::vector<float> values = normal_values(rng, 200, 2.0f);
+  values.insert(values.end(), specials.begin(), specials.end());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    for (std::size_t j = 0; j < values.size(); j += 7)
+      for (int32_t a : {0, 3})
+        for (int32_t b : {0, 3})
+          ASSERT_EQ(route_before(values[i], a, values[j], b), old_before(values[i], a, values[j], b))
+              << values[i] << "@" << a << " vs " << values[j] << "@" << b;
+  // route_next walks numbers first, then the NaNs by index, then says none is left.
+  const std::vector<float> v = {kNaN, 0.5f, kNaN, -kInf, 2.0f, kNaN};
+  std::vector<int32_t> order;
+  int32_t prev = -1;
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    prev = kernels::route_next(v.data(), int32_t(v.size()), prev >= 0 ? v[std::size_t(prev)] : 0.0f, prev);
+    order.push_back(prev);
+  }
+  EXPECT_EQ(order, (std::vector<int32_t>{4, 1, 3, 0, 2, 5}));
+  EXPECT_EQ(kernels::route_next(v.data(), int32_t(v.size()), v[5], 5), -1);
+}
+
+TEST(MoeRoutingNaN, OneNaNLogitRoutesAsIfItWereMinusInfinity) {
+  for (const auto& [name, m] : nan_configs()) {
+    if (!nan_routes_as_minus_inf(m)) continue;
+    SCOPED_TRACE(name);
+    const int64_t E = m.num_experts, T = 64;
+    std::mt19937_64 rng(21);
+    std::uniform_int_distribution<int64_t> pick(0, E - 1);
+    std::vector<float> with_nan = normal_values(rng, std::size_t(T * E), 1.5f), with_inf = with_nan;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t e = t == 0 ? 0 : t == 1 ? E - 1 : pick(rng);  // the first and the last expert included
+      with_nan[std::size_t(t * E + e)] = kNaN;
+      with_inf[std::size_t(t * E + e)] = -kInf;
+    }
+    // No score bias: a -inf logit's sigmoid score 0 then ranks below every other expert of its group
+    // and, softmax, its probability 0 below every other probability, as NaN does.
+    const cpu::Routing got = route_kernel(m, with_nan, {}), want = route_kernel(m, with_inf, {});
+    expect_valid(got, E);
+    expect_same(got, want);  // the NaN expert is never chosen, and no other weight changes
+  }
+}
+
+TEST(MoeRoutingNaN, AllNaNLogitsStayInRange) {
+  for (const auto& [name, m] : nan_configs()) {
+    SCOPED_TRACE(name);
+    const int64_t E = m.num_experts, k = m.experts_per_token, T = 4;
+    std::mt19937_64 rng(31);
+    const std::vector<float> logits(std::size_t(T * E), kNaN);
+    const std::vector<float> bias = sigmoid_routing(m) ? normal_values(rng, std::size_t(E), 0.5f) : std::vector<float>{};
+    for (const auto& b : {std::vector<float>{}, bias}) {
+      const cpu::Routing r = route_kernel(m, logits, b);
+      expect_valid(r, E);
+      expect_same(route_kernel(m, logits, b), r);  // deterministic
+      if (m.n_group == 1) {  // every choice NaN: the lowest indices
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < k; ++j) EXPECT_EQ(r.experts[std::size_t(t * k + j)], j);
+      }
+    }
+  }
+}
+
+TEST(MoeRoutingNaN, NaNLogitsWithABiasStayInRange) {
+  for (const auto& [name, m] : nan_configs()) {
+    if (!sigmoid_routing(m)) continue;
+    SCOPED_TRACE(name);
+    const int64_t E = m.num_experts, T = 96;
+    std::mt19937_64 rng(41);
+    std::bernoulli_distribution nan_logit(0.3);
+    std::uniform_int_distribution<int64_t> pick(0, E - 1);
+    std::vector<float> logits = normal_values(rng, std::size_t(T * E), 1.5f);
+    for (int64_t t = 0; t < T; ++t) {
+      if (t % 3 == 0) {
+        logits[std::size_t(t * E + pick(rng))] = kNaN;  // one NaN
+      } else {
+        for (int64_t e = 0; e < E; ++e)
+          if (nan_logit(rng)) logits[std::size_t(t * E + e)] = kNaN;  // many
+      }
+    }
+    std::vector<float> bias = normal_values(rng, std::size_t(E), 0.5f);  // large enough to reorder choices
+    for (int nan_bias = 0; nan_bias < 2; ++nan_bias) {
+      if (nan_bias) bias[std::size_t(pick(rng))] = kNaN;  // a NaN in the bias itself
+      const cpu::Routing r = route_kernel(m, logits, bias);
+      expect_valid(r, E);
+      expect_same(route_kernel(m, logits, bias), r);  // deterministic
+    }
+  }
+}
+
+TEST(MoeRoutingNaN, CpuRouteMatchesTheKernelWithNaNLogits) {
+  // NaN logits reach cpu::route through the router's bias: logit e = h[e] + b[e] (identity router).
+  for (const auto& [name, m] : nan_configs()) {
+    SCOPED_TRACE(name);
+    const int64_t E = m.num_experts, T = 32;
+    std::mt19937_64 rng(51);
+    std::uniform_int_distribution<int64_t> pick(0, E - 1);
+    const std::vector<float> h = normal_values(rng, std::size_t(T * E), 1.5f);
+    const std::vector<float> score_bias =
+        sigmoid_routing(m) ? normal_values(rng, std::size_t(E), 0.3f) : std::vector<float>{};
+    for (const int64_t nans : {int64_t(1), int64_t(3), E}) {
+      SCOPED_TRACE("NaN experts: " + std::to_string(nans));
+      MoeWeights w = identity_router(E, score_bias);
+      w.router.b.assign(std::size_t(E), 0.0f);
+      for (int64_t i = 0; i < nans; ++i) w.router.b[std::size_t(nans == E ? i : pick(rng))] = kNaN;
+      std::vector<float> logits(h.size());
+      for (std::size_t i = 0; i < h.size(); ++i) logits[i] = h[i] + w.router.b[i % std::size_t(E)];
+      const cpu::Routing cpu_r = cpu::route(m, w, h.data(), T, E);
+      expect_valid(cpu_r, E);
+      expect_same(cpu_r, route_kernel(m, logits, score_bias));
+    }
+    // One NaN logit without a score bias: the CPU's choice is the one with that logit at -inf.
+    if (!nan_routes_as_minus_inf(m)) continue;
+    MoeWeights w = identity_router(E, sigmoid_routing(m) ? std::vector<float>(std::size_t(E), 0.0f) : std::vector<float>{});
+    w.router.b.assign(std::size_t(E), 0.0f);
+    const std::size_t e = std::size_t(pick(rng));
+    w.router.b[e] = kNaN;
+    const cpu::Routing with_nan = cpu::route(m, w, h.data(), T, E);
+    w.router.b[e] = -kInf;
+    expect_valid(with_nan, E);
+    expect_same(with_nan, cpu::route(m, w, h.data(), T, E));
+  }
+}
+
+TEST(MoeRoutingNaN, CpuRouteWithANaNHiddenStateStaysInRange) {
+  // A NaN hidden unit makes that token's logits NaN (0 * NaN = NaN in the router matmul); the
+  // other tokens route as without it.
+  for (const auto& [name, m] : nan_configs()) {
+    SCOPED_TRACE(name);
+    const int64_t E = m.num_experts, k = m.experts_per_token, T = 8;
+    std::mt19937_64 rng(61);
+    const MoeWeights w = identity_router(E, sigmoid_routing(m) ? normal_values(rng, std::size_t(E), 0.3f)
+                                                               : std::vector<float>{});
+    const std::vector<float> clean = normal_values(rng, std::size_t(T * E), 1.5f);
+    std::vector<float> h = clean;
+    h[std::size_t(3 * E + 1)] = kNaN;  // token 3
+    const cpu::Routing r = cpu::route(m, w, h.data(), T, E), ref = cpu::route(m, w, clean.data(), T, E);
+    expect_valid(r, E);
+    for (int64_t t = 0; t < T; ++t) {
+      if (t == 3) continue;
+      for (int64_t j = 0; j < k; ++j)
+        EXPECT_EQ(r.experts[std::size_t(t * k + j)], ref.experts[std::size_t(t * k + j)]) << "token " << t;
+    }
+  }
 }
 
 }  // namespace layertap

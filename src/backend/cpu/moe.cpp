@@ -7,17 +7,20 @@
 
 #include "backend/cpu/ops.hpp"
 #include "core/error.hpp"
+// The route order (NaN last) and its NaN test, shared with the CUDA router; plain C++ off nvcc.
+#include "kernels/moe_routing.hpp"
 
 namespace layertap::cpu {
 
 namespace {
 
-// Indices of the k largest values of v[0..n), largest first (ties: lower index first).
+// Indices of the k largest values of v[0..n), largest first (ties: lower index first; NaN after
+// every number, NaNs by index: kernels::route_before, a strict total order even with NaN).
 std::vector<int32_t> top_k(const float* v, int64_t n, int64_t k) {
   std::vector<int32_t> idx(static_cast<std::size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+                    [&](int32_t a, int32_t b) { return kernels::route_before(v[a], a, v[b], b); });
   idx.resize(static_cast<std::size_t>(k));
   return idx;
 }
@@ -56,13 +59,18 @@ void route_sigmoid_grouped(const MoeConfig& m, const float* logits, const float*
   }
 }
 
-// Qwen3-MoE for one token: softmax over all experts, top-k, optionally renormalised.
+// Qwen3-MoE for one token: softmax over all experts, top-k, optionally renormalised. The max and
+// the sum skip NaN (as kernels::route_token): a NaN logit gets a NaN probability, ranked last.
 void route_softmax(const MoeConfig& m, const float* logits, int32_t* experts, float* weights) {
   const int64_t E = m.num_experts, k = m.experts_per_token;
   std::vector<float> probs(static_cast<std::size_t>(E));
-  const float mx = *std::max_element(logits, logits + E);
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t e = 0; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
   float sum = 0.0f;
-  for (int64_t e = 0; e < E; ++e) sum += probs[std::size_t(e)] = std::exp(logits[e] - mx);
+  for (int64_t e = 0; e < E; ++e) {
+    probs[std::size_t(e)] = std::exp(logits[e] - mx);
+    if (!kernels::route_isnan(probs[std::size_t(e)])) sum += probs[std::size_t(e)];
+  }
   for (float& p : probs) p /= sum;
   const auto chosen = top_k(probs.data(), E, k);
   float top_sum = 0.0f;

@@ -21,16 +21,20 @@ class Arena {
     LT_CHECK(count >= 0, "arena: negative element count ", count);
     if (count == 0) return nullptr;
     const std::size_t offset = (used_ + kAlign - 1) / kAlign * kAlign;
+    last_offset_ = offset;
     used_ = offset + sizeof(T) * std::size_t(count);
     LT_CHECK(base_ == nullptr || used_ <= capacity_, "arena: layout needs ", used_, " bytes, block holds ", capacity_);
     return base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + offset);
   }
   std::size_t used() const { return used_; }
+  // Offset of the last non-empty take from the start of the block (counting arenas too).
+  std::size_t last_offset() const { return last_offset_; }
 
  private:
   std::byte* base_ = nullptr;
   std::size_t capacity_ = 0;
   std::size_t used_ = 0;
+  std::size_t last_offset_ = 0;
 };
 
 }  // namespace layertap::cuda

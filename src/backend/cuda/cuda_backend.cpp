@@ -7,6 +7,7 @@
 #include "backend/cpu/ops.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gpu_wait.hpp"
+#include "backend/cuda/load_plan.hpp"
 #include "core/error.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/cuda_check.hpp"
@@ -36,13 +37,14 @@ AttentionKernel resolve_attention(AttentionKernel requested, std::int64_t qk_dim
   return requested;
 }
 
-// This rank's shape; the router gets a bf16 low part when its host weights are not all bf16 values.
+// This rank's shape; the router gets a bf16 low part when its weights are not all bf16 values.
 LocalShape rank_shape(const ModelConfig& config, const TpShard& shard, const ModelWeights* host,
                       const Checkpoint* ckpt) {
   const PackedSource packed = ckpt != nullptr ? PackedSource::Checkpoint
                               : host == nullptr ? PackedSource::Config
                                                 : PackedSource::None;
   LocalShape s = LocalShape::of(config, shard, packed, ckpt);
+  if (host == nullptr && ckpt != nullptr) s.router_lo = routers_need_low_part(s, *ckpt);
   if (host != nullptr)
     for (const LayerWeights& l : host->layers)
       if (const auto* m = std::get_if<MoeWeights>(&l.ffn))
@@ -69,9 +71,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
                          CudaBackendOptions options)
     : CudaBackend(config, comm, options, &weights, nullptr, 0) {}
 
-CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights, const Checkpoint& ckpt,
-                         DeviceAllReduce& comm, CudaBackendOptions options)
-    : CudaBackend(config, comm, options, &weights, &ckpt, 0) {}
+CudaBackend::CudaBackend(const ModelConfig& config, const Checkpoint& ckpt, DeviceAllReduce& comm,
+                         CudaBackendOptions options)
+    : CudaBackend(config, comm, options, nullptr, &ckpt, 0) {}
 
 std::unique_ptr<CudaBackend> CudaBackend::synthetic(const ModelConfig& config, DeviceAllReduce& comm,
                                                     CudaBackendOptions options, std::uint64_t seed) {
@@ -89,6 +91,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
   LT_CHECK(int64_t(config_.sliding_window.size()) == shape_.layers, "cuda backend: config has ",
            config_.sliding_window.size(), " sliding-window entries for ", shape_.layers, " layers");
   LT_CHECK(options_.timeout_s > 0, "cuda backend: timeout_s must be positive");
+  if (comm.rank() != 0) options_.max_capture_points = 0;  // only TP rank 0 captures (as plan_memory counts)
   const std::int64_t qk_dim = shape_.mla ? shape_.mla_qk() : shape_.head_dim;
   const std::int64_t v_dim = shape_.mla ? shape_.v_dim : shape_.head_dim;
   attention_ = resolve_attention(options_.attention, qk_dim, v_dim);
@@ -97,10 +100,15 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
 
   std::size_t free_bytes = 0, total_bytes = 0;
   LT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (options_.memory_limit > 0) free_bytes = std::min(free_bytes, options_.memory_limit);
   check_fits(memory_, free_bytes, describe_device(device_), options_);
 
-  weights_.emplace(host != nullptr ? DeviceWeights::upload(shape_, *host, ckpt, &config_.quant)
-                                   : DeviceWeights::random(shape_, seed, compute_.get()));
+  if (host != nullptr)
+    weights_.emplace(DeviceWeights::upload(shape_, *host, ckpt, &config_.quant));
+  else if (ckpt != nullptr)
+    weights_.emplace(DeviceWeights::load(shape_, plan_load(shape_, *ckpt, config_.quant), options_.loader, &load_stats_));
+  else
+    weights_.emplace(DeviceWeights::random(shape_, seed, compute_.get()));
   ws_.emplace(shape_, options_.max_batch_tokens, options_.max_capture_points);
   // The CPU backend's frequencies and YaRN factor, bit for bit (MLA: over the rope dims).
   const cpu::Rope rope(config_.rope, shape_.head_dim);
@@ -339,10 +347,10 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
     LT_CHECK(batch.offsets[s] <= batch.offsets[s + 1], "packed batch offsets decrease at sample ", s);
   LT_CHECK(T > 0 && T <= options_.max_batch_tokens, "batch of ", T, " tokens; the CUDA backend was built for 1..",
            options_.max_batch_tokens, " (max_batch_tokens)");
-  LT_CHECK(distinct_points(plan) <= std::size_t(options_.max_capture_points), "capture plan '", plan.request,
-           "' has ", distinct_points(plan), " distinct points; the CUDA backend was built for at most ",
+  const bool capturing = comm_.rank() == 0;  // the writing rank; the others hold no capture buffers
+  LT_CHECK(!capturing || distinct_points(plan) <= std::size_t(options_.max_capture_points), "capture plan '",
+           plan.request, "' has ", distinct_points(plan), " distinct points; the CUDA backend was built for at most ",
            options_.max_capture_points, " (max_capture_points)");
-  const bool capturing = comm_.rank() == 0;
   stager_->begin(capturing ? &plan : nullptr, T);
 
   // Batch metadata, packed from the front of one pinned buffer, goes over in one copy:

@@ -19,6 +19,7 @@
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/local_shape.hpp"
 #include "backend/cuda/memory_plan.hpp"
+#include "backend/cuda/weight_loader.hpp"
 #include "backend/cuda/workspace.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights.hpp"
@@ -34,11 +35,11 @@ class CudaBackend final : public Backend {
   // Every Linear is held in bf16 (a quantized checkpoint's decoded values, rounded to bf16).
   CudaBackend(const ModelConfig& config, const ModelWeights& weights, DeviceAllReduce& comm,
               CudaBackendOptions options = {});
-  // Quantized Linears (FP8 blocks, INT4 groups) stay packed: read from `ckpt` as stored, expanded
-  // per layer into the bf16 scratch; the same bf16 values as the constructor above. `weights`
-  // provides everything else (its decoded copies of the packed Linears are not used).
-  CudaBackend(const ModelConfig& config, const ModelWeights& weights, const Checkpoint& ckpt, DeviceAllReduce& comm,
-              CudaBackendOptions options = {});
+  // This rank's slice read from `ckpt` in its stored form (load_plan.hpp, weight_loader.hpp): bf16
+  // as stored, fp16/fp32 rounded to bf16, quantized Linears (FP8 blocks, INT4 groups) packed and
+  // expanded per layer into the bf16 scratch; the same bf16 values as the constructor above, and no
+  // float32 copy of any weight on the host. Throws before reading when the plan does not fit.
+  CudaBackend(const ModelConfig& config, const Checkpoint& ckpt, DeviceAllReduce& comm, CudaBackendOptions options = {});
   // Seeded random weights made on the current device (benchmark, tests); a quantized config's
   // Linears are made packed (see PackedSource::Config).
   static std::unique_ptr<CudaBackend> synthetic(const ModelConfig& config, DeviceAllReduce& comm,
@@ -59,6 +60,7 @@ class CudaBackend final : public Backend {
   const DeviceWeights& weights() const { return *weights_; }
   AttentionKernel attention() const { return attention_; }  // Reference or Flash, never Auto
   const MemoryPlan& memory() const { return memory_; }
+  const LoadStats& load_stats() const { return load_stats_; }  // the checkpoint constructor's load
 
   // Benchmark hook: adds offset[e] to every router logit of expert e before routing (a skewed
   // expert load on synthetic weights); an empty vector removes it. Never set for a checkpoint.
@@ -103,6 +105,7 @@ class CudaBackend final : public Backend {
   Stream compute_;
   Event done_;
   std::optional<DeviceWeights> weights_;
+  LoadStats load_stats_;
   std::optional<Workspace> ws_;
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<CaptureStager> stager_;

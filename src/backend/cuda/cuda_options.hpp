@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/weight_loader.hpp"
 #include "model/weights.hpp"
 
 namespace layertap::cuda {
@@ -25,6 +26,8 @@ struct CudaBackendOptions {
   int host_copy_threads = 4;             // threads that copy captured states into the result
   MoeSplit moe_split = MoeSplit::Experts;  // how the routed experts are laid out over the TP group
   bool profile_layers = false;           // time each decoder layer (CudaBackend::layer_ms) with events
+  std::size_t memory_limit = 0;          // use at most this much device memory (--gpu-memory); 0: all that is free
+  LoaderOptions loader;                  // reading the checkpoint (threads, staging ring)
 };
 
 }  // namespace layertap::cuda

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "core/dtype.hpp"
@@ -10,6 +11,8 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/dequant.cuh"
 #include "kernels/random_fill.cuh"
+#include "backend/cuda/load_plan.hpp"
+#include "backend/cuda/weight_loader.hpp"
 #include "model/packed_weights.hpp"
 
 namespace layertap::cuda {
@@ -35,11 +38,44 @@ Part cols_of(std::string module, std::int64_t out, std::int64_t in_full, std::in
 }
 Part whole(std::string module, std::int64_t out, std::int64_t in) { return rows_of(std::move(module), out, in, 0, out); }
 
+// Records what fills each range `res` hands out (Placement), right after the take.
+class Recorder {
+ public:
+  Recorder(Arena& resident, std::vector<Placement>& out) : res_(resident), out_(out) {}
+  // A whole 1-D tensor [n] as bf16.
+  bf16* vector(const std::string& tensor, std::int64_t n) {
+    bf16* p = res_.take<bf16>(n);
+    add(Placement::Fill::Bf16, tensor, true, 1, n, {0, 1, 0, n}, std::size_t(n) * 2);
+    return p;
+  }
+  // A whole 2-D tensor [rows, cols] as bf16, bf16(w) or bf16(w - bf16(w)).
+  bf16* matrix(Placement::Fill fill, const std::string& tensor, std::int64_t rows, std::int64_t cols) {
+    bf16* p = res_.take<bf16>(rows * cols);
+    add(fill, tensor, false, rows, cols, {0, rows, 0, cols}, std::size_t(rows * cols) * 2);
+    return p;
+  }
+  float* float32(const std::string& tensor, std::int64_t n) {
+    float* p = res_.take<float>(n);
+    add(Placement::Fill::Float32, tensor, true, 1, n, {0, 1, 0, n}, std::size_t(n) * 4);
+    return p;
+  }
+  // `bytes` at `at` bytes into the last take.
+  void add(Placement::Fill fill, const std::string& tensor, bool vec, std::int64_t out_full, std::int64_t in_full,
+           const quant::Window& win, std::size_t bytes, std::size_t at = 0) {
+    if (bytes > 0) out_.push_back({fill, tensor, vec, out_full, in_full, win, res_.last_offset() + at, bytes});
+  }
+  Arena& arena() { return res_; }
+
+ private:
+  Arena& res_;
+  std::vector<Placement>& out_;
+};
+
 // Places Linears (resident bf16, or packed bytes resident + bf16 expansion in the layer scratch).
 class Placer {
  public:
-  Placer(Arena& resident, Arena& scratch, const LocalShape& s, std::vector<PackedPiece>& pieces)
-      : res_(resident), scr_(scratch), s_(s), pieces_(pieces) {}
+  Placer(Recorder& resident, Arena& scratch, const LocalShape& s, std::vector<PackedPiece>& pieces)
+      : rec_(resident), res_(resident.arena()), scr_(scratch), s_(s), pieces_(pieces) {}
 
   // A Linear whose rows are `parts` stacked (q/k/v, gate/up), all stored alike.
   DeviceLinear linear(const std::vector<Part>& parts, bool bias) {
@@ -52,6 +88,12 @@ class Placer {
                parts.front().module, ", which the device fuses it with");
     if (st.kind == LinearStorage::Kind::Bf16) {
       l.w = res_.take<bf16>(l.out * l.in);
+      std::size_t at = 0;
+      for (const Part& p : parts) {
+        const std::size_t bytes = std::size_t(p.win.rows * l.in) * 2;
+        rec_.add(Placement::Fill::Bf16, p.module + ".weight", false, p.out_full, p.in_full, p.win, bytes, at);
+        at += bytes;
+      }
     } else {
       l.packed = true;
       l.w = scr_.take<bf16>(l.out * l.in);
@@ -80,17 +122,30 @@ class Placer {
           pc.scale_bytes = pc.rows * ceil_div(pc.cols, s_.group) * scale_size;
         }
         pc.data = res_.take<std::byte>(pc.data_bytes);
+        rec_.add(Placement::Fill::PackedData, p.module, false, p.out_full, p.in_full, p.win, std::size_t(pc.data_bytes));
         pc.scales = res_.take<std::byte>(pc.scale_bytes);
+        rec_.add(Placement::Fill::PackedScales, p.module, false, p.out_full, p.in_full, p.win,
+                 std::size_t(pc.scale_bytes));
         pc.dst = l.w != nullptr ? l.w + row * l.in : nullptr;
         row += pc.rows;
         pieces_.push_back(std::move(pc));
       }
     }
-    if (bias) l.b = res_.take<bf16>(l.out);
+    if (bias) {
+      // Column-parallel parts keep their rows of the bias; a row-parallel Linear the whole of it.
+      l.b = res_.take<bf16>(l.out);
+      std::size_t at = 0;
+      for (const Part& p : parts) {
+        rec_.add(Placement::Fill::Bf16, p.module + ".bias", true, 1, p.out_full, {0, 1, p.win.row0, p.win.rows},
+                 std::size_t(p.win.rows) * 2, at);
+        at += std::size_t(p.win.rows) * 2;
+      }
+    }
     return l;
   }
 
  private:
+  Recorder& rec_;
   Arena& res_;
   Arena& scr_;
   const LocalShape& s_;
@@ -101,22 +156,24 @@ class Placer {
 
 void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scratch_capacity, const LocalShape& s) {
   const std::int64_t H = s.hidden, hd = s.head_dim, I = s.inter, r = s.tp_rank, tp = s.tp_size;
-  embed = res.take<bf16>(s.vocab * H);
-  final_norm = res.take<bf16>(H);
+  placements_.clear();
+  Recorder rec(res, placements_);
+  embed = rec.matrix(Placement::Fill::Bf16, s.prefix + "embed_tokens.weight", s.vocab, H);
+  final_norm = rec.vector(s.prefix + "norm.weight", H);
   layers.assign(std::size_t(s.layers), DeviceLayer{});
   sizes_.scratch = 0;
   sizes_.scratch_layer = -1;
   for (std::int64_t i = 0; i < s.layers; ++i) {
     DeviceLayer& l = layers[std::size_t(i)];
     Arena scr = scratch_base != nullptr ? Arena(scratch_base, scratch_capacity) : Arena();
-    Placer put(res, scr, s, l.packed);
+    Placer put(rec, scr, s, l.packed);
     const auto m = [&](const std::string& suffix) { return s.module(i, suffix); };
-    l.input_norm = res.take<bf16>(H);
-    l.post_attn_norm = res.take<bf16>(H);
+    l.input_norm = rec.vector(m("input_layernorm.weight"), H);
+    l.post_attn_norm = rec.vector(m("post_attention_layernorm.weight"), H);
     if (!s.mla) {
       if (s.qk_norm) {
-        l.q_norm = res.take<bf16>(hd);
-        l.k_norm = res.take<bf16>(hd);
+        l.q_norm = rec.vector(m("self_attn.q_norm.weight"), hd);
+        l.k_norm = rec.vector(m("self_attn.k_norm.weight"), hd);
       }
       // First kv head of this rank; with replication, ranks r*rep..(r+1)*rep-1 share kv head r.
       const std::int64_t kv0 = s.total_kv_heads >= tp ? r * s.kv_heads : r / (tp / s.total_kv_heads);
@@ -131,13 +188,13 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scrat
       const std::int64_t qk = s.mla_qk(), kvd = s.nope + s.v_dim, nh = s.heads, nh_full = s.heads * tp;
       if (s.q_lora > 0) {
         a.q_a = put.linear({whole(m("self_attn.q_a_proj"), s.q_lora, H)}, s.mla_bias);
-        a.q_a_norm = res.take<bf16>(s.q_lora);
+        a.q_a_norm = rec.vector(m("self_attn.q_a_layernorm.weight"), s.q_lora);
         a.q_b = put.linear({rows_of(m("self_attn.q_b_proj"), nh_full * qk, s.q_lora, r * nh * qk, nh * qk)}, false);
       } else {
         a.q = put.linear({rows_of(m("self_attn.q_proj"), nh_full * qk, H, r * nh * qk, nh * qk)}, false);
       }
       a.kv_a = put.linear({whole(m("self_attn.kv_a_proj_with_mqa"), s.kv_lora + s.rope_dim, H)}, s.mla_bias);
-      a.kv_a_norm = res.take<bf16>(s.kv_lora);
+      a.kv_a_norm = rec.vector(m("self_attn.kv_a_layernorm.weight"), s.kv_lora);
       a.kv_b = put.linear({rows_of(m("self_attn.kv_b_proj"), nh_full * kvd, s.kv_lora, r * nh * kvd, nh * kvd)}, false);
       a.o = put.linear({cols_of(m("self_attn.o_proj"), H, nh_full * s.v_dim, r * nh * s.v_dim, nh * s.v_dim)},
                        s.o_bias);
@@ -155,9 +212,9 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scrat
       mlp("mlp.", I * tp, r * I, I, s.mlp_bias, s.down_bias, l.gate_up, l.down);
     } else {
       DeviceMoe& e = l.experts;
-      e.router = res.take<bf16>(s.experts * H);
-      if (s.router_lo) e.router_lo = res.take<bf16>(s.experts * H);
-      if (s.score_bias) e.score_bias = res.take<float>(s.experts);
+      e.router = rec.matrix(Placement::Fill::RouterHigh, m("mlp.gate.weight"), s.experts, H);
+      if (s.router_lo) e.router_lo = rec.matrix(Placement::Fill::RouterLow, m("mlp.gate.weight"), s.experts, H);
+      if (s.score_bias) e.score_bias = rec.float32(m("mlp.gate.e_score_correction_bias"), s.experts);
       e.gate_up.resize(std::size_t(s.local_experts));
       e.down.resize(std::size_t(s.local_experts));
       const std::int64_t Ie = s.expert_inter, Ie_full = s.moe_whole ? Ie : Ie * tp, ie0 = s.moe_whole ? 0 : r * Ie;
@@ -216,7 +273,7 @@ void DeviceWeights::dequantize(std::int64_t layer, cudaStream_t stream) const {
 
 namespace {
 
-// Host float32 tensors converted to bf16 and concatenated, then copied to `dst` in one go.
+// Host float32 tensors converted to bf16 and concatenated, then copied to `dst` (in the host image) in one go.
 class Upload {
  public:
   Upload& add(const std::vector<float>& v, std::int64_t expected, const std::string& name) {
@@ -227,8 +284,7 @@ class Upload {
     return *this;
   }
   void to(void* dst) const {
-    if (bits_.empty()) return;
-    LT_CUDA_CHECK(cudaMemcpy(dst, bits_.data(), bits_.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice));
+    if (!bits_.empty()) std::memcpy(dst, bits_.data(), bits_.size() * sizeof(std::uint16_t));
   }
 
  private:
@@ -274,9 +330,20 @@ void upload_mlp(const DeviceLinear& gate_up, const DeviceLinear& down, const Mlp
 
 DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& host, const Checkpoint* ckpt,
                                     const QuantConfig* quant) {
+  const std::vector<std::byte> image = reference_image(s, host, ckpt, quant);
+  DeviceWeights w = allocate(s);
+  if (!image.empty()) LT_CUDA_CHECK(cudaMemcpy(w.memory_.data(), image.data(), image.size(), cudaMemcpyHostToDevice));
+  return w;
+}
+
+std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const ModelWeights& host,
+                                                      const Checkpoint* ckpt, const QuantConfig* quant) {
   LT_CHECK(std::int64_t(host.layers.size()) == s.layers, "cuda backend: host weights hold ", host.layers.size(),
            " layers, the config ", s.layers);
-  DeviceWeights w = allocate(s);
+  std::vector<std::byte> image(sizes(s).resident);  // zeros: the alignment padding
+  DeviceWeights w;
+  Arena arena(image.data(), image.size());
+  w.place(arena, nullptr, 0, s);
   const std::int64_t H = s.hidden, hd = s.head_dim;
   Upload().add(host.embed, s.vocab * H, "embed_tokens").to(w.embed);
   Upload().add(host.final_norm, H, "norm").to(w.final_norm);
@@ -336,12 +403,12 @@ DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& hos
         hi[k] = float_to_bf16(m.router.w[k]);
         lo[k] = float_to_bf16(m.router.w[k] - bf16_to_float(hi[k]));
       }
-      LT_CUDA_CHECK(cudaMemcpy(d.router, hi.data(), hi.size() * 2, cudaMemcpyHostToDevice));
-      if (d.router_lo != nullptr) LT_CUDA_CHECK(cudaMemcpy(d.router_lo, lo.data(), lo.size() * 2, cudaMemcpyHostToDevice));
+      std::memcpy(static_cast<void*>(d.router), hi.data(), hi.size() * 2);
+      if (d.router_lo != nullptr) std::memcpy(static_cast<void*>(d.router_lo), lo.data(), lo.size() * 2);
       if (s.score_bias) {
         LT_CHECK(std::int64_t(m.score_bias.size()) == s.experts, "cuda backend: ", p,
                  "mlp.gate.e_score_correction_bias holds ", m.score_bias.size(), " values for ", s.experts, " experts");
-        LT_CUDA_CHECK(cudaMemcpy(d.score_bias, m.score_bias.data(), m.score_bias.size() * 4, cudaMemcpyHostToDevice));
+        std::memcpy(d.score_bias, m.score_bias.data(), m.score_bias.size() * 4);
       }
       for (std::int64_t x = 0; x < s.local_experts; ++x)
         upload_mlp(d.gate_up[std::size_t(x)], d.down[std::size_t(x)], m.experts[std::size_t(x)],
@@ -356,10 +423,66 @@ DeviceWeights DeviceWeights::upload(const LocalShape& s, const ModelWeights& hos
       LT_CHECK(std::int64_t(pl.data.size()) == pc.data_bytes && std::int64_t(pl.scales.size()) == pc.scale_bytes,
                "cuda backend: ", pc.module, " reads as ", pl.data.size(), " + ", pl.scales.size(),
                " packed bytes, the device layout expects ", pc.data_bytes, " + ", pc.scale_bytes);
-      LT_CUDA_CHECK(cudaMemcpy(pc.data, pl.data.data(), pl.data.size(), cudaMemcpyHostToDevice));
-      LT_CUDA_CHECK(cudaMemcpy(pc.scales, pl.scales.data(), pl.scales.size(), cudaMemcpyHostToDevice));
+      std::memcpy(pc.data, pl.data.data(), pl.data.size());
+      std::memcpy(pc.scales, pl.scales.data(), pl.scales.size());
     }
   }
+  return image;
+}
+
+namespace {
+
+// Staged chunks copied to the resident block on the current device: one stream per reader thread,
+// an event per slot so a slot is refilled only after its copy has left it.
+class DeviceTarget final : public LoadTarget {
+ public:
+  DeviceTarget(std::byte* block, int device, int threads, int slots)
+      : block_(block), device_(device), slots_(slots), streams_(std::size_t(threads)),
+        events_(std::size_t(threads * slots)), pending_(std::size_t(threads * slots), 0) {}
+  std::byte* allocate_slot(std::size_t bytes) override {
+    void* p = nullptr;
+    LT_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    return static_cast<std::byte*>(p);
+  }
+  void free_slot(std::byte* slot) override { (void)cudaFreeHost(slot); }
+  void begin_thread(int t) override {
+    LT_CUDA_CHECK(cudaSetDevice(device_));
+    streams_[std::size_t(t)] = std::make_unique<Stream>();
+    for (int k = 0; k < slots_; ++k) events_[std::size_t(t * slots_ + k)] = std::make_unique<Event>();
+  }
+  void put(int t, int k, std::size_t dst, const std::byte* staged, std::size_t bytes) override {
+    const cudaStream_t s = streams_[std::size_t(t)]->get();
+    LT_CUDA_CHECK(cudaMemcpyAsync(block_ + dst, staged, bytes, cudaMemcpyHostToDevice, s));
+    LT_CUDA_CHECK(cudaEventRecord(events_[std::size_t(t * slots_ + k)]->get(), s));
+    pending_[std::size_t(t * slots_ + k)] = 1;
+  }
+  void wait(int t, int k) override {
+    const std::size_t i = std::size_t(t * slots_ + k);
+    if (pending_[i] == 0) return;
+    pending_[i] = 0;
+    LT_CUDA_CHECK(cudaEventSynchronize(events_[i]->get()));
+  }
+
+ private:
+  std::byte* block_;
+  int device_, slots_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Event>> events_;
+  std::vector<char> pending_;  // per slot: a copy not yet waited for (each thread touches only its own)
+};
+
+}  // namespace
+
+DeviceWeights DeviceWeights::load(const LocalShape& s, const LoadPlan& plan, const LoaderOptions& options,
+                                  LoadStats* stats) {
+  DeviceWeights w = allocate(s);
+  LT_CHECK(plan.resident_bytes == w.sizes_.resident, "cuda backend: the load plan fills ", plan.resident_bytes,
+           " bytes, this rank's layout holds ", w.sizes_.resident);
+  int device = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&device));
+  DeviceTarget target(w.memory_.data(), device, options.threads, options.slots_per_thread);
+  const LoadStats st = run_load_plan(plan, target, options);
+  if (stats != nullptr) *stats = st;
   return w;
 }
 

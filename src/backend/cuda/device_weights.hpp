@@ -43,6 +43,25 @@ struct PackedPiece {
   quant::Window win;
 };
 
+// What fills one range of the resident block: recorded by DeviceWeights::place for every tensor it
+// places, so the load plan (load_plan.hpp) and the layout cannot disagree.
+struct Placement {
+  enum class Fill {
+    Bf16,          // window `win` of tensor `tensor` ([out_full, in_full]; 1-D: out_full 1), as bf16
+    PackedData,    // module `tensor`'s stored FP8 codes or INT4 words of window `win`
+    PackedScales,  // their scales, as stored
+    RouterHigh,    // bf16(w) of the router weight `tensor`
+    RouterLow,     // bf16(w - bf16(w))
+    Float32,       // tensor `tensor` as float32 (e_score_correction_bias)
+  };
+  Fill fill = Fill::Bf16;
+  std::string tensor;  // tensor name; the module name for Packed*
+  bool vector = false;  // a 1-D tensor [in_full]
+  std::int64_t out_full = 1, in_full = 0;
+  quant::Window win;
+  std::size_t offset = 0, bytes = 0;  // in the resident block
+};
+
 struct DeviceMla {
   DeviceLinear q;                       // q_proj (heads * qk, H), when q_lora == 0
   DeviceLinear q_a;                     // (q_lora, H), replicated
@@ -83,6 +102,10 @@ struct DeviceLayer {
   std::vector<PackedPiece> packed;
 };
 
+struct LoadPlan;       // load_plan.hpp
+struct LoaderOptions;  // weight_loader.hpp
+struct LoadStats;      // weight_loader.hpp
+
 class DeviceWeights {
  public:
   struct Sizes {
@@ -110,6 +133,19 @@ class DeviceWeights {
   // of the model touches the host.
   static DeviceWeights random(const LocalShape& shape, std::uint64_t seed, cudaStream_t stream);
 
+  // Every range of the resident block and what fills it, in placement order (no pointers needed).
+  const std::vector<Placement>& placements() const { return placements_; }
+
+  // The resident block that DeviceWeights::upload copies to the device, made in host memory from
+  // this rank's float32 host slices (and `ckpt` for packed Linears): the reference that a load
+  // plan's image is compared with byte for byte. Needs no GPU.
+  static std::vector<std::byte> reference_image(const LocalShape& shape, const ModelWeights& host,
+                                                const Checkpoint* ckpt, const QuantConfig* quant);
+  // The resident block from a load plan, read from the checkpoint in the weights' stored form
+  // through a ring of pinned staging buffers straight to the current device (no float32 copy).
+  static DeviceWeights load(const LocalShape& shape, const LoadPlan& plan, const LoaderOptions& options,
+                            LoadStats* stats = nullptr);
+
   // Expands layer i's packed Linears into the scratch (enqueued on `stream`); nothing when none.
   void dequantize(std::int64_t layer, cudaStream_t stream) const;
   const Sizes& sizes() const { return sizes_; }
@@ -126,6 +162,7 @@ class DeviceWeights {
   static DeviceWeights allocate(const LocalShape& shape);
 
   Sizes sizes_;
+  std::vector<Placement> placements_;
   DeviceMemory memory_;
   DeviceMemory scratch_;
 };

@@ -20,28 +20,58 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
   LT_CHECK(o.max_batch_tokens > 0, "cuda backend: max_batch_tokens must be positive, not ", o.max_batch_tokens);
   LT_CHECK(o.max_capture_points >= 0, "cuda backend: max_capture_points must be >= 0, not ", o.max_capture_points);
   MemoryPlan p;
+  // Only TP rank 0 (the group's writer) captures: the other ranks hold no snapshots or pinned targets.
+  const std::int64_t points = s.tp_rank == 0 ? o.max_capture_points : 0;
   const DeviceWeights::Sizes w = DeviceWeights::sizes(s);
   p.weight_bytes = w.resident;
   p.packed_bytes = w.packed;
   p.scratch_bytes = w.scratch;
   p.scratch_layer = w.scratch_layer;
-  p.workspace_bytes = Workspace::device_bytes(s, o.max_batch_tokens, o.max_capture_points);
-  p.pinned_bytes = Workspace::pinned_bytes(s, o.max_batch_tokens, o.max_capture_points);
-  const std::size_t fixed = Workspace::device_bytes(s, 0, o.max_capture_points);
+  p.workspace_bytes = Workspace::device_bytes(s, o.max_batch_tokens, points);
+  p.capture_bytes = p.workspace_bytes - Workspace::device_bytes(s, o.max_batch_tokens, 0);
+  p.pinned_bytes = Workspace::pinned_bytes(s, o.max_batch_tokens, points);
+  const std::size_t fixed = Workspace::device_bytes(s, 0, points);
   const std::size_t Tm = std::size_t(o.max_batch_tokens);
   p.per_token_bytes = (p.workspace_bytes - fixed + Tm - 1) / Tm;
   return p;
 }
 
-void check_fits(const MemoryPlan& p, std::size_t free_bytes, const std::string& device, const CudaBackendOptions& o) {
-  const std::size_t need = p.weight_bytes + p.scratch_bytes + p.workspace_bytes + kDeviceHeadroomBytes;
-  if (need <= free_bytes) return;
+std::size_t device_bytes_needed(const MemoryPlan& p) {
+  return p.weight_bytes + p.scratch_bytes + p.workspace_bytes + kDeviceHeadroomBytes;
+}
+
+std::int64_t max_tokens_that_fit(const MemoryPlan& p, std::size_t free_bytes, const CudaBackendOptions& o) {
   const std::size_t fixed = p.workspace_bytes - p.per_token_bytes * std::size_t(o.max_batch_tokens);
   const std::size_t room = p.weight_bytes + p.scratch_bytes + fixed + kDeviceHeadroomBytes;
-  const std::string fits =
-      room < free_bytes && p.per_token_bytes > 0
-          ? cat("at most ", (free_bytes - room) / p.per_token_bytes, " tokens per batch would fit")
-          : std::string("even the weights alone do not fit");
+  if (room >= free_bytes || p.per_token_bytes == 0) return -1;
+  return std::int64_t((free_bytes - room) / p.per_token_bytes);
+}
+
+std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::size_t free_bytes,
+                                 const CudaBackendOptions& o) {
+  const std::size_t need = device_bytes_needed(p);
+  const std::int64_t most = max_tokens_that_fit(p, free_bytes, o);
+  std::string r;
+  r += cat("  weights    ", gib(p.weight_bytes), " resident (", gib(p.weight_bytes - p.packed_bytes), " bf16",
+           p.packed_bytes > 0 ? cat(", ", gib(p.packed_bytes), " packed FP8/INT4 with scales") : std::string(), ")\n");
+  if (p.scratch_bytes > 0)
+    r += cat("  scratch    ", gib(p.scratch_bytes), " (layer ", p.scratch_layer, "'s packed weights expanded to bf16)\n");
+  r += cat("  workspace  ", gib(p.workspace_bytes), " at ", o.max_batch_tokens, " tokens (", p.per_token_bytes / 1024,
+           " KiB per token), of which capture buffers ", gib(p.capture_bytes),
+           s.tp_rank == 0 ? cat(" (", o.max_capture_points, " points)") : std::string(" (not the writer: none)"), "\n");
+  r += cat("  headroom   ", gib(kDeviceHeadroomBytes), " for cuBLAS, NCCL and the context\n");
+  r += cat("  device     ", gib(need), " of ", gib(free_bytes), need <= free_bytes ? ": fits" : ": does NOT fit",
+           most >= 0 ? cat(" (up to ", most, " tokens per batch would fit)") : std::string(" (not even the weights fit)"),
+           "\n");
+  return r;
+}
+
+void check_fits(const MemoryPlan& p, std::size_t free_bytes, const std::string& device, const CudaBackendOptions& o) {
+  const std::size_t need = device_bytes_needed(p);
+  if (need <= free_bytes) return;
+  const std::int64_t most = max_tokens_that_fit(p, free_bytes, o);
+  const std::string fits = most >= 0 ? cat("at most ", most, " tokens per batch would fit")
+                                     : std::string("even the weights alone do not fit");
   const std::string weights =
       p.packed_bytes > 0 ? cat(" (this rank's tensor-parallel slice: ", gib(p.packed_bytes), " packed as the checkpoint "
                                "stores them, the rest bf16) + dequantization scratch ", gib(p.scratch_bytes),

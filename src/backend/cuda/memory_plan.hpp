@@ -19,11 +19,23 @@ struct MemoryPlan {
   std::size_t scratch_bytes = 0;    // bf16 expansion of the largest layer's packed weights
   std::int64_t scratch_layer = -1;  // that layer
   std::size_t workspace_bytes = 0;  // activations, capture snapshots, cuBLASLt workspace
+  std::size_t capture_bytes = 0;    // of which capture snapshots (TP rank 0 only)
   std::size_t pinned_bytes = 0;     // page-locked host memory (capture targets, batch staging)
   std::size_t per_token_bytes = 0;  // workspace growth per token of max_batch_tokens
 };
 
 MemoryPlan plan_memory(const LocalShape& shape, const CudaBackendOptions& options);
+
+// Device bytes the plan needs (weights + scratch + workspace + headroom), and the largest
+// max_batch_tokens that fits in `free_bytes` (-1: not even the weights fit).
+std::size_t device_bytes_needed(const MemoryPlan& plan);
+std::int64_t max_tokens_that_fit(const MemoryPlan& plan, std::size_t free_bytes, const CudaBackendOptions& options);
+
+// The device plan by part, one line per part (resident weights by stored form, dequantization
+// scratch, workspace per token and in all, capture buffers, headroom) and whether it fits in
+// `free_bytes`: what `extract --dry-run --backend cuda` prints per rank.
+std::string describe_device_plan(const MemoryPlan& plan, const LocalShape& shape, std::size_t free_bytes,
+                                 const CudaBackendOptions& options);
 
 // Throws layertap::Error when weights + dequantization scratch + workspace + headroom exceed
 // `free_bytes`, naming each term in GiB, the largest max_batch_tokens that would fit, and what to

@@ -1,0 +1,247 @@
+#include "backend/cuda/weight_loader.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/host_memory.hpp"
+#include "core/stop_request.hpp"
+
+namespace layertap::cuda {
+
+namespace {
+
+using Convert = WeightCopy::Convert;
+using Check = WeightCopy::Check;
+
+// Rows [row0, row0 + rows) of one copy's window: what one slot holds.
+struct Chunk {
+  std::size_t copy = 0;
+  std::int64_t row0 = 0, rows = 0;
+};
+
+std::size_t out_row_bytes(const WeightCopy& c) { return c.src.rows > 0 ? c.dst_bytes / std::size_t(c.src.rows) : 0; }
+
+// The checkpoint files of a plan, opened once for pread (thread-safe).
+class Files {
+ public:
+  explicit Files(const LoadPlan& plan) {
+    for (const WeightCopy& c : plan.copies) {
+      const std::string& path = c.src.tensor->file;
+      if (fds_.count(path)) continue;
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      LT_CHECK(fd >= 0, "cannot open weights file '", path, "': ", std::strerror(errno));
+      fds_.emplace(path, fd);
+    }
+  }
+  ~Files() {
+    for (const auto& [path, fd] : fds_) ::close(fd);
+  }
+  Files(const Files&) = delete;
+  Files& operator=(const Files&) = delete;
+
+  // `bytes` at `offset` of the file holding `t`, all of them or an error naming file and tensor.
+  void read(const TensorInfo& t, std::uint64_t offset, std::byte* out, std::size_t bytes) const {
+    const int fd = fds_.at(t.file);
+    std::size_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::pread(fd, out + done, bytes - done, off_t(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      LT_CHECK(n >= 0, "cannot read weights file '", t.file, "' (tensor '", t.name, "'): ", std::strerror(errno));
+      LT_CHECK(n > 0, "weights file '", t.file, "' ends at byte ", offset + done, ", inside tensor '", t.name,
+                "' (the file was truncated after its header was read)");
+      done += std::size_t(n);
+    }
+  }
+
+ private:
+  std::map<std::string, int> fds_;
+};
+
+// Rows [r0, r0 + rows) of window `w` into `out` (rows x w.width bytes).
+void read_rows(const Files& files, const StoredWindow& w, std::int64_t r0, std::int64_t rows, std::byte* out) {
+  const std::uint64_t base = w.tensor->offset + std::uint64_t(w.byte0);
+  if (w.width == w.row_bytes) {
+    files.read(*w.tensor, base + std::uint64_t((w.row0 + r0) * w.row_bytes), out, std::size_t(rows * w.width));
+    return;
+  }
+  for (std::int64_t r = 0; r < rows; ++r)
+    files.read(*w.tensor, base + std::uint64_t((w.row0 + r0 + r) * w.row_bytes), out + r * w.width,
+               std::size_t(w.width));
+}
+
+float value_at(DType d, const std::byte* p, std::size_t i) {
+  switch (d) {
+    case DType::F32: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    case DType::BF16: {
+      std::uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      return bf16_to_float(b);
+    }
+    default: {
+      std::uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return fp16_to_float(h);
+    }
+  }
+}
+
+[[noreturn]] void bad_value(const WeightCopy& c, const Chunk& k, std::size_t i, float v) {
+  const StoredWindow& w = c.src;
+  const std::int64_t esize = std::int64_t(dtype_size(w.tensor->dtype)), cols = w.width / esize;
+  const std::int64_t row = w.row0 + k.row0 + std::int64_t(i) / cols, col = w.byte0 / esize + std::int64_t(i) % cols;
+  const std::string at = w.tensor->shape.size() == 1 ? cat("[", col, "]") : cat("[", row, ", ", col, "]");
+  if (c.check == Check::PositiveScale)
+    LT_FAIL("tensor '", w.tensor->name, "' in '", w.tensor->file, "' holds the scale ", v, " at ", at,
+            ": quantization scales must be finite and positive (a damaged or incomplete download?)");
+  LT_FAIL("tensor '", w.tensor->name, "' in '", w.tensor->file, "' holds ", v, " at ", at,
+          ": weights must be finite (a damaged or incomplete download?)");
+}
+
+// Checks `n` stored values of a window (AsStored copies).
+void check_stored(const WeightCopy& c, const Chunk& k, const std::byte* p, std::size_t n) {
+  if (c.check == Check::None) return;
+  const DType d = c.src.tensor->dtype;
+  if (d == DType::BF16 && c.check == Check::Finite) {  // the common case, one compare per value
+    bool ok = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      ok &= (b & 0x7f80u) != 0x7f80u;
+    }
+    if (ok) return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = value_at(d, p, i);
+    if (!std::isfinite(v) || (c.check == Check::PositiveScale && !(v > 0.0f))) bad_value(c, k, i, v);
+  }
+}
+
+// Converts `n` values of the window from `in` to `out`, checking each.
+void convert(const WeightCopy& c, const Chunk& k, const std::byte* in, std::byte* out, std::size_t n) {
+  const DType d = c.src.tensor->dtype;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = value_at(d, in, i);
+    if (!std::isfinite(v)) bad_value(c, k, i, v);
+    if (c.convert == Convert::ToFloat32) {
+      std::memcpy(out + 4 * i, &v, 4);
+      continue;
+    }
+    std::uint16_t b = float_to_bf16(v);
+    if (c.convert == Convert::RouterLow) b = float_to_bf16(v - bf16_to_float(b));
+    std::memcpy(out + 2 * i, &b, 2);
+  }
+}
+
+}  // namespace
+
+std::byte* HostTarget::allocate_slot(std::size_t bytes) { return new std::byte[bytes]; }
+void HostTarget::free_slot(std::byte* slot) { delete[] slot; }
+void HostTarget::put(int, int, std::size_t dst, const std::byte* staged, std::size_t bytes) {
+  if (image_ != nullptr) std::memcpy(image_ + dst, staged, bytes);
+}
+
+LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOptions& o) {
+  LT_CHECK(o.threads >= 1 && o.slots_per_thread >= 1 && o.slot_bytes > 0, "weight loader: needs at least one thread "
+           "and one slot");
+  const auto t0 = std::chrono::steady_clock::now();
+  // A slot holds at least one row of any window (a row is at most a few hundred KiB in real models).
+  std::size_t slot_bytes = o.slot_bytes;
+  for (const WeightCopy& c : plan.copies)
+    slot_bytes = std::max({slot_bytes, std::size_t(c.src.width), out_row_bytes(c)});
+  std::vector<Chunk> chunks;
+  for (std::size_t i = 0; i < plan.copies.size(); ++i) {
+    const WeightCopy& c = plan.copies[i];
+    const std::size_t row = std::max<std::size_t>({1, std::size_t(c.src.width), out_row_bytes(c)});
+    const std::int64_t per = std::int64_t(slot_bytes / row);
+    for (std::int64_t r = 0; r < c.src.rows; r += per) chunks.push_back({i, r, std::min(per, c.src.rows - r)});
+  }
+  const Files files(plan);
+  std::atomic<std::size_t> next{0}, written{0};
+  std::atomic<bool> failed{false};
+  std::atomic<std::int64_t> peak{anonymous_resident_bytes()};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  const auto sample_memory = [&] {
+    const std::int64_t now = anonymous_resident_bytes();
+    std::int64_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  };
+
+  const auto worker = [&](int t) {
+    std::vector<std::byte*> slots;
+    try {
+      target.begin_thread(t);
+      for (int k = 0; k < o.slots_per_thread; ++k) slots.push_back(target.allocate_slot(slot_bytes));
+      std::vector<std::byte> raw;  // conversion input, allocated on first use
+      int k = 0;
+      for (std::size_t n = 0; !failed.load(); ++n) {
+        LT_CHECK(!stop_requested(), "stopped by a signal while loading the weights");
+        const std::size_t i = next.fetch_add(1);
+        if (i >= chunks.size()) break;
+        const Chunk& ch = chunks[i];
+        const WeightCopy& c = plan.copies[ch.copy];
+        const std::size_t in_bytes = std::size_t(ch.rows * c.src.width), out_bytes = std::size_t(ch.rows) * out_row_bytes(c);
+        const std::size_t values = in_bytes / dtype_size(c.src.tensor->dtype);
+        target.wait(t, k);
+        if (c.convert == Convert::AsStored) {
+          read_rows(files, c.src, ch.row0, ch.rows, slots[std::size_t(k)]);
+          check_stored(c, ch, slots[std::size_t(k)], values);
+        } else {
+          raw.resize(slot_bytes);
+          read_rows(files, c.src, ch.row0, ch.rows, raw.data());
+          convert(c, ch, raw.data(), slots[std::size_t(k)], values);
+        }
+        target.put(t, k, c.dst + std::size_t(ch.row0) * out_row_bytes(c), slots[std::size_t(k)], out_bytes);
+        written += out_bytes;
+        if (n % 16 == 0) sample_memory();
+        k = (k + 1) % o.slots_per_thread;
+      }
+      for (int s = 0; s < o.slots_per_thread; ++s) target.wait(t, s);
+    } catch (...) {
+      failed = true;
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      // A copy may still read a slot: wait for it before the slot is freed (errors ignored now).
+      for (int s = 0; s < int(slots.size()); ++s) try {
+          target.wait(t, s);
+        } catch (...) {
+        }
+    }
+    sample_memory();
+    for (std::byte* s : slots) target.free_slot(s);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < o.threads; ++t) threads.emplace_back(worker, t);
+  worker(0);
+  for (std::thread& th : threads) th.join();
+  if (error) std::rethrow_exception(error);
+  LoadStats stats;
+  stats.bytes_read = plan.read_bytes;
+  stats.bytes_written = written.load();
+  stats.copies = plan.copies.size();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.peak_anonymous_bytes = peak.load();
+  return stats;
+}
+
+}  // namespace layertap::cuda

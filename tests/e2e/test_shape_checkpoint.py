@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""tools/make_shape_checkpoint.py: full-size shape-only checkpoints. Each built-in layout, at a few
+layers and at full depth, read back with a reader of its own: the safetensors layout (padded header,
+__metadata__, contiguous data_offsets in safetensors' dtype-then-name order, file size = 8 + header
++ data), the index, the real tensor names, shapes and dtypes, the full-size totals (Kimi-K2.5 about
+595 GB, DeepSeek-V3 with MTP about 689 GB, Llama-3.1-70B about 141 GB) at a few MB of disk, the
+weight_shape values, holes by default and --fill-scales values; and the layouts generated from the
+committed fixtures' config.json equal the fixtures' own tensor lists.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import numpy as np
+
+ARGS = None
+DTYPE_SIZE = {"F8_E4M3": 1, "F16": 2, "BF16": 2, "I32": 4, "F32": 4, "I64": 8}
+# safetensors' Dtype enum order (it writes tensors by dtype, descending, then by name)
+DTYPE_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64",
+               "I64", "U64"]
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def read_header(path):
+    """(header length, header dict) of one safetensors file, read without the data."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        raw = f.read(n)
+    return n, raw, json.loads(raw)
+
+
+def read_bytes(path, offset, size):
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+def bf16_to_f32(raw):
+    return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+class Checkpoint:
+    """A written directory read back and checked as a safetensors checkpoint: .tensors maps
+    name -> (file, dtype, shape), .where name -> (file offset, bytes)."""
+
+    def __init__(self, test, d):
+        self.dir = Path(d)
+        self.config = json.loads((self.dir / "config.json").read_text())
+        index = json.loads((self.dir / "model.safetensors.index.json").read_text())
+        self.tensors = {}
+        self.where = {}
+        self.logical = 0
+        self.disk = 0
+        shards = sorted(self.dir.glob("*.safetensors"))
+        test.assertEqual(sorted(set(index["weight_map"].values())), [p.name for p in shards])
+        for i, p in enumerate(shards):
+            test.assertEqual(p.name, f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors")
+            n, raw, h = read_header(p)
+            test.assertEqual(n % 8, 0, p)
+            test.assertTrue(raw.rstrip(b" ").endswith(b"}") and len(raw) - len(raw.rstrip(b" ")) < 8, p)  # space padding
+            test.assertEqual(h.pop("__metadata__"), {"format": "pt"}, p)
+            entries = sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0])
+            order = [(-DTYPE_ORDER.index(v["dtype"]), k) for k, v in entries]
+            test.assertEqual(order, sorted(order), f"{p}: not in safetensors' dtype/name order")
+            end = 0
+            for name, v in entries:
+                a, b = v["data_offsets"]
+                test.assertEqual(a, end, f"{p}: {name} leaves a gap or overlaps")
+                size = DTYPE_SIZE[v["dtype"]]
+                for dim in v["shape"]:
+                    size *= dim
+                test.assertEqual(b - a, size, f"{p}: {name}")
+                end = b
+                test.assertNotIn(name, self.tensors)
+                test.assertEqual(index["weight_map"][name], p.name)
+                self.tensors[name] = (p, v["dtype"], v["shape"])
+                self.where[name] = (8 + n + a, b - a)
+            st = os.stat(p)
+            test.assertEqual(st.st_size, 8 + n + end, p)
+            self.logical += end
+            self.disk += st.st_blocks * 512
+        test.assertEqual(set(index["weight_map"]), set(self.tensors))
+        test.assertEqual(index["metadata"]["total_size"], self.logical)
+        self.disk += sum(os.stat(self.dir / f).st_blocks * 512 for f in ("config.json", "model.safetensors.index.json"))
+
+    def shape(self, name):
+        return self.tensors[name][2]
+
+    def dtype(self, name):
+        return self.tensors[name][1]
+
+    def data(self, name):
+        return read_bytes(self.tensors[name][0], *self.where[name])
+
+
+class ShapeCheckpoint(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="layertap-shapes-"))
+        cls.runs = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def tool(self, *args, ok=True):
+        p = subprocess.run([sys.executable, ARGS.tool, *map(str, args)], capture_output=True, text=True, timeout=600)
+        if ok:
+            self.assertEqual(p.returncode, 0, p.stderr)
+        return p
+
+    def make(self, *args):
+        ShapeCheckpoint.runs += 1
+        out = self.tmp / f"run{self.runs}"
+        p = self.tool(*args, "--out", out)
+        print(f"\n  {' '.join(map(str, args))}: {p.stdout.strip()}", file=sys.stderr)
+        ck = Checkpoint(self, out)
+        self.assertIn(f"{len(ck.tensors)} tensors", p.stdout)
+        return ck
+
+    def drop(self, ck):
+        shutil.rmtree(ck.dir)
+
+    # ---- few-layer variants: names, shapes, dtypes at full width ----
+
+    def test_kimi_k25_three_layers(self):
+        ck = self.make("--arch", "kimi-k2.5", "--layers", 3, "--shards", 4)
+        self.assertEqual(len(list(ck.dir.glob("*.safetensors"))), 4)
+        self.assertEqual(ck.config["architectures"], ["KimiK25ForConditionalGeneration"])
+        tc = ck.config["text_config"]
+        self.assertEqual((tc["num_hidden_layers"], tc["first_k_dense_replace"], tc["hidden_size"]), (3, 1, 7168))
+        self.assertEqual(tc["quantization_config"]["quant_method"], "compressed-tensors")
+        p = "language_model.model."
+        self.assertEqual(ck.shape(p + "embed_tokens.weight"), [163840, 7168])
+        self.assertEqual(ck.shape("language_model.lm_head.weight"), [163840, 7168])
+        self.assertEqual(ck.shape(p + "norm.weight"), [7168])
+        self.assertEqual(ck.shape(p + "layers.0.mlp.gate_proj.weight"), [18432, 7168])
+        self.assertEqual(ck.shape(p + "layers.0.mlp.down_proj.weight"), [7168, 18432])
+        for i in range(3):
+            a = f"{p}layers.{i}.self_attn."
+            self.assertEqual(ck.shape(a + "q_a_proj.weight"), [1536, 7168])
+            self.assertEqual(ck.shape(a + "q_b_proj.weight"), [64 * 192, 1536])
+            self.assertEqual(ck.shape(a + "kv_a_proj_with_mqa.weight"), [576, 7168])
+            self.assertEqual(ck.shape(a + "kv_b_proj.weight"), [64 * 256, 512])
+            self.assertEqual(ck.shape(a + "o_proj.weight"), [7168, 64 * 128])
+            self.assertEqual(ck.dtype(a + "o_proj.weight"), "BF16")
+        for i in (1, 2):
+            m = f"{p}layers.{i}.mlp."
+            self.assertEqual((ck.dtype(m + "gate.weight"), ck.shape(m + "gate.weight")), ("BF16", [384, 7168]))
+            self.assertEqual((ck.dtype(m + "gate.e_score_correction_bias"), ck.shape(m + "gate.e_score_correction_bias")),
+                             ("F32", [384]))
+            self.assertEqual(ck.shape(m + "shared_experts.down_proj.weight"), [7168, 2048])
+            self.assertEqual(ck.shape(m + "experts.383.down_proj.weight_packed"), [7168, 256])
+            self.assertEqual(ck.shape(m + "experts.383.down_proj.weight_scale"), [7168, 64])
+            self.assertEqual(ck.shape(m + "experts.0.gate_proj.weight_packed"), [2048, 896])
+            self.assertEqual(ck.shape(m + "experts.0.gate_proj.weight_scale"), [2048, 224])
+            self.assertNotIn(m + "experts.384.up_proj.weight_packed", ck.tensors)
+        self.assertNotIn(p + "layers.3.input_layernorm.weight", ck.tensors)
+        # only routed experts are packed; the vision tower and projector exist, plain bf16
+        for name, (_, dtype, _) in ck.tensors.items():
+            if name.endswith(("weight_packed", "weight_scale", "weight_shape")):
+                self.assertIn(".mlp.experts.", name)
+        vision = [n for n in ck.tensors if n.startswith(("vision_tower.", "mm_projector."))]
+        self.assertGreater(len(vision), 100)
+        self.assertTrue(all(ck.dtype(n) == "BF16" for n in vision))
+        vision_bytes = sum(np.prod(ck.shape(n)) * 2 for n in vision)
+        self.assertTrue(0.2e9 < vision_bytes < 1.5e9, vision_bytes)
+        self.check_weight_shapes(ck, group=32)
+        self.assertLess(ck.disk, 16e6)
+        # holes by default: scales, norms, router bias all read zero
+        for name in (p + "layers.1.mlp.experts.5.up_proj.weight_scale", p + "layers.1.input_layernorm.weight",
+                     p + "layers.2.mlp.gate.e_score_correction_bias"):
+            self.assertEqual(ck.data(name).count(0), len(ck.data(name)), name)
+        self.drop(ck)
+
+    def test_deepseek_v3_three_layers(self):
+        ck = self.make("--arch", "deepseek-v3", "--layers", 3)
+        c = ck.config
+        self.assertEqual((c["num_hidden_layers"], c["first_k_dense_replace"], c["num_nextn_predict_layers"]), (3, 2, 1))
+        for i in range(4):  # 0, 1 dense; 2 MoE; 3 the MTP layer
+            a = f"model.layers.{i}.self_attn."
+            self.assertEqual((ck.dtype(a + "q_b_proj.weight"), ck.shape(a + "q_b_proj.weight")), ("F8_E4M3", [24576, 1536]))
+            self.assertEqual((ck.dtype(a + "q_b_proj.weight_scale_inv"), ck.shape(a + "q_b_proj.weight_scale_inv")),
+                             ("F32", [192, 12]))
+            self.assertEqual(ck.shape(a + "kv_a_proj_with_mqa.weight_scale_inv"), [5, 56])  # 576 rows: a partial block
+            self.assertEqual(ck.shape(a + "o_proj.weight"), [7168, 16384])
+            self.assertEqual(ck.dtype(a + "q_a_layernorm.weight"), "BF16")
+        self.assertEqual(ck.dtype("model.layers.1.mlp.down_proj.weight"), "F8_E4M3")
+        self.assertEqual(ck.shape("model.layers.1.mlp.down_proj.weight_scale_inv"), [56, 144])
+        self.assertNotIn("model.layers.1.mlp.gate.weight", ck.tensors)
+        for i in (2, 3):
+            m = f"model.layers.{i}.mlp."
+            self.assertEqual((ck.dtype(m + "gate.weight"), ck.shape(m + "gate.weight")), ("BF16", [256, 7168]))
+            self.assertEqual(ck.dtype(m + "gate.e_score_correction_bias"), "F32")
+            self.assertEqual(ck.dtype(m + "experts.255.down_proj.weight"), "F8_E4M3")
+            self.assertEqual(ck.shape(m + "experts.255.down_proj.weight_scale_inv"), [56, 16])
+            self.assertEqual(ck.dtype(m + "shared_experts.up_proj.weight"), "F8_E4M3")
+        mtp = "model.layers.3."
+        self.assertEqual((ck.dtype(mtp + "eh_proj.weight"), ck.shape(mtp + "eh_proj.weight")), ("BF16", [7168, 14336]))
+        for name in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+            self.assertEqual(ck.shape(mtp + name), [7168])
+        self.assertEqual(ck.shape(mtp + "shared_head.head.weight"), [129280, 7168])
+        self.assertEqual(ck.shape(mtp + "embed_tokens.weight"), [129280, 7168])
+        self.assertEqual(ck.dtype("lm_head.weight"), "BF16")
+        self.assertFalse(any(n.startswith("model.layers.4.") for n in ck.tensors))
+        scale = ck.data("model.layers.2.mlp.experts.7.gate_proj.weight_scale_inv")  # holes by default
+        self.assertEqual((len(scale), scale.count(0)), (16 * 56 * 4, 16 * 56 * 4))
+        self.assertLess(ck.disk, 16e6)
+        self.drop(ck)
+
+    def test_llama_31_70b_three_layers(self):
+        ck = self.make("--arch", "llama-3.1-70b", "--layers", 3, "--vocab", 1000)
+        self.assertEqual(ck.config["rope_scaling"]["rope_type"], "llama3")
+        self.assertEqual(ck.shape("model.embed_tokens.weight"), [1000, 8192])
+        self.assertEqual(ck.shape("lm_head.weight"), [1000, 8192])
+        self.assertEqual(ck.shape("model.layers.2.self_attn.q_proj.weight"), [8192, 8192])
+        self.assertEqual(ck.shape("model.layers.2.self_attn.k_proj.weight"), [1024, 8192])
+        self.assertEqual(ck.shape("model.layers.2.self_attn.v_proj.weight"), [1024, 8192])
+        self.assertEqual(ck.shape("model.layers.2.mlp.down_proj.weight"), [8192, 28672])
+        self.assertEqual(len(ck.tensors), 3 + 3 * 9)
+        self.assertTrue(all(dt == "BF16" for _, dt, _ in ck.tensors.values()))
+        self.drop(ck)
+
+    def check_weight_shapes(self, ck, group):
+        """Every weight_shape holds [out, in] of its packed weight, in int64."""
+        seen = 0
+        for name, (_, dtype, shape) in ck.tensors.items():
+            if not name.endswith(".weight_shape"):
+                continue
+            self.assertEqual((dtype, shape), ("I64", [2]), name)
+            out, inp = struct.unpack("<2q", ck.data(name))
+            packed = ck.shape(name[:-len("shape")] + "packed")
+            scale = ck.shape(name[:-len("shape")] + "scale")
+            self.assertEqual(packed, [out, cdiv(inp, 8)], name)
+            self.assertEqual(scale, [out, cdiv(inp, group)], name)
+            seen += 1
+        self.assertGreater(seen, 0)
+        return seen
+
+    # ---- full size: the real totals, sparse ----
+
+    def test_full_size_totals(self):
+        for arch, lo, hi, tensors in (("kimi-k2.5", 550e9, 640e9, 208550), ("deepseek-v3", 650e9, 720e9, 91991),
+                                      ("llama-3.1-70b", 135e9, 147e9, 723)):
+            with self.subTest(arch=arch):
+                ck = self.make("--arch", arch)
+                print(f"  {arch}: {ck.logical} bytes = {ck.logical / 1e9:.2f} GB logical, "
+                      f"{ck.disk / 1e6:.1f} MB on disk, {len(ck.tensors)} tensors", file=sys.stderr)
+                self.assertTrue(lo < ck.logical < hi, ck.logical)
+                self.assertEqual(len(ck.tensors), tensors)
+                self.assertLess(ck.disk, 100e6)  # headers, index and weight_shape values only
+                sizes = [os.stat(p).st_size for p in ck.dir.glob("*.safetensors")]
+                self.assertEqual(len(sizes), round(ck.logical / 5e9))
+                self.assertLess(max(sizes), 7e9)  # about 5 GB each
+                if arch == "kimi-k2.5":
+                    self.assertEqual(self.check_weight_shapes(ck, group=32), 60 * 384 * 3)
+                if arch == "deepseek-v3":
+                    self.assertIn("model.layers.61.eh_proj.weight", ck.tensors)
+                    self.assertIn("model.layers.61.mlp.experts.255.down_proj.weight_scale_inv", ck.tensors)
+                self.drop(ck)
+
+    # ---- --fill-scales ----
+
+    def test_fill_scales_fp8(self):
+        ck = self.make("--arch", "deepseek-v3", "--layers", 2, "--fill-scales", 0.01)
+        scales = [n for n in ck.tensors if n.endswith(".weight_scale_inv")]
+        self.assertEqual(len(scales), (5 + 3) + 2 * (5 + 256 * 3 + 3))  # layer 0 dense; 1 and the MTP layer 2 MoE
+        for name in scales:
+            v = np.frombuffer(ck.data(name), np.float32)
+            self.assertTrue(np.all(v == np.float32(0.01)), name)
+        norms = [n for n in ck.tensors if n.endswith("norm.weight")]
+        self.assertEqual(len(norms), 1 + 3 * 4 + 3)  # final; 4 per layer; enorm, hnorm, shared_head.norm
+        for name in norms:
+            self.assertTrue(np.all(bf16_to_f32(ck.data(name)) == 1.0), name)
+        for name in ("model.layers.1.mlp.gate.e_score_correction_bias", "model.layers.2.mlp.gate.e_score_correction_bias"):
+            self.assertTrue(np.all(np.frombuffer(ck.data(name), np.float32) == 0.0))
+        self.assertEqual(ck.data("model.layers.1.mlp.experts.3.up_proj.weight")[:4096], bytes(4096))  # weights: holes
+        self.drop(ck)
+
+    def test_fill_scales_int4(self):
+        cfg = Path(ARGS.fixtures) / "models" / "kimi_k25_int4" / "config.json"
+        ck = self.make("--config", cfg, "--fill-scales", 0.01)
+        scales = [n for n in ck.tensors if n.endswith(".weight_scale")]
+        self.assertEqual(len(scales), 3 * 8 * 3)
+        for name in scales:
+            self.assertEqual(ck.dtype(name), "BF16")
+            v = bf16_to_f32(ck.data(name))
+            self.assertTrue(np.all(np.abs(v - 0.01) < 0.01 * 2 ** -8), name)
+            self.assertEqual(len(set(ck.data(name)[i:i + 2] for i in range(0, len(ck.data(name)), 2))), 1)
+        self.check_weight_shapes(ck, group=32)
+        for name in [n for n in ck.tensors if n.endswith("norm.weight")]:
+            self.assertTrue(np.all(bf16_to_f32(ck.data(name)) == 1.0), name)
+        self.drop(ck)
+
+    # ---- --config: the committed fixtures' layouts ----
+
+    def test_fixture_configs_give_fixture_layouts(self):
+        models = Path(ARGS.fixtures) / "models"
+        for d in sorted(p for p in models.iterdir() if (p / "config.json").exists()):
+            with self.subTest(model=d.name):
+                want = {}
+                for f in d.glob("*.safetensors"):
+                    if f.name == "reference.safetensors":
+                        continue
+                    _, _, h = read_header(f)
+                    h.pop("__metadata__", None)
+                    want.update({k: (v["dtype"], v["shape"]) for k, v in h.items()})
+                ck = self.make("--config", d / "config.json")
+                got = {k: (dt, s) for k, (_, dt, s) in ck.tensors.items()}
+                vision = ("vision_tower.", "mm_projector.")  # plausible names, not the fixture's
+                self.assertEqual({k: v for k, v in got.items() if not k.startswith(vision)},
+                                 {k: v for k, v in want.items() if not k.startswith(vision)})
+                self.assertEqual(any(k.startswith(vision) for k in got), any(k.startswith(vision) for k in want))
+                self.assertEqual(ck.config, json.loads((d / "config.json").read_text()))
+                self.drop(ck)
+
+    # ---- the command line ----
+
+    def test_refuses_a_non_empty_out(self):
+        out = self.tmp / "busy"
+        out.mkdir()
+        (out / "keep.txt").write_text("x")
+        p = self.tool("--arch", "llama-3.1-70b", "--layers", 1, "--out", out, ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("not empty", p.stderr)
+        self.tool("--arch", "llama-3.1-70b", "--layers", 1, "--shards", 3, "--out", out, "--force")
+        self.tool("--arch", "llama-3.1-70b", "--layers", 1, "--out", out, "--force")  # fewer shards: old ones removed
+        ck = Checkpoint(self, out)
+        self.assertTrue((out / "keep.txt").exists())
+        self.assertEqual(ck.config["num_hidden_layers"], 1)
+
+    def test_dry_run_and_unsupported(self):
+        p = self.tool("--arch", "kimi-k2.5", "--dry-run")
+        self.assertIn("208550 tensors, 119 shards, 595.15 GB", p.stdout)
+        bad = self.tmp / "bad.json"
+        bad.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+        p = self.tool("--config", bad, "--dry-run", ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("not supported", p.stderr)
+
+
+def main():
+    global ARGS
+    here = Path(__file__).resolve().parent
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", default=str(here.parent.parent / "tools" / "make_shape_checkpoint.py"))
+    ap.add_argument("--fixtures", default=str(here.parent / "fixtures"))
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0], *rest])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+// The CUDA backend's load plan, executed into host memory (no GPU needed):
+//   - for every fixture (dense fp32/fp16/bf16, biases, sharded, FP8 blocks, INT4 groups, MoE, MLA)
+//     at TP 1, 2 and 4 and both MoE splits, every rank's image equals byte for byte the block that
+//     DeviceWeights::upload places from the float32 host slices (load_weights) and the packed
+//     checkpoint bytes: the two loaders cannot drift;
+//   - small staging slots (windows split over many chunks, several threads) give the same image;
+//   - damaged checkpoints are refused naming file and tensor: a wrong INT4 weight_shape, a NaN FP8
+//     scale, a zero INT4 scale, a NaN bf16 weight, a shard truncated before and after it was opened.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_weights.hpp"
+#include "backend/cuda/load_plan.hpp"
+#include "backend/cuda/local_shape.hpp"
+#include "backend/cuda/weight_loader.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "model/hf_config.hpp"
+#include "model/safetensors.hpp"
+#include "model/weights.hpp"
+
+namespace {
+
+using namespace layertap;
+namespace fs = std::filesystem;
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  failures += ok ? 0 : 1;
+}
+
+void check_throws(const std::string& what, const std::function<void()>& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    check(false, what + ": did not throw");
+  } catch (const Error& e) {
+    bool all = true;
+    for (const std::string& n : needles) all &= std::string(e.what()).find(n) != std::string::npos;
+    check(all, what + ": " + e.what());
+  }
+}
+
+fs::path fixture(const std::string& name) { return fs::path(LAYERTAP_FIXTURES) / "models" / name; }
+
+// This rank's image from the load plan (threads and slot size as given).
+std::vector<std::byte> plan_image(const cuda::LocalShape& s, const Checkpoint& ckpt, const QuantConfig& quant,
+                                  const cuda::LoaderOptions& o, cuda::LoadStats* stats = nullptr) {
+  const cuda::LoadPlan plan = cuda::plan_load(s, ckpt, quant);
+  std::vector<std::byte> image(plan.resident_bytes);
+  cuda::HostTarget target(image.data());
+  const cuda::LoadStats st = cuda::run_load_plan(plan, target, o);
+  if (stats != nullptr) *stats = st;
+  return image;
+}
+
+// Today's upload: the shape the backend took from host weights + checkpoint, and its block.
+void compare_fixture(const std::string& name, int tp, MoeSplit split) {
+  const fs::path dir = fixture(name);
+  const ModelConfig cfg = load_model_config((dir / "config.json").string());
+  try {
+    check_tp_divisibility(cfg, {0, tp, split});
+  } catch (const Error&) {
+    return;  // this layout does not divide the fixture
+  }
+  const Checkpoint ckpt(checkpoint_files(dir.string()));
+  std::size_t bytes = 0, differ = 0, ranks = 0;
+  bool sizes_agree = true, flags_agree = true;
+  for (int r = 0; r < tp; ++r) {
+    const TpShard shard{r, tp, split};
+    const ModelWeights host = load_weights(ckpt, cfg, shard);
+    cuda::LocalShape ref = cuda::LocalShape::of(cfg, shard, cuda::PackedSource::Checkpoint, &ckpt);
+    for (const LayerWeights& l : host.layers)
+      if (const auto* m = std::get_if<MoeWeights>(&l.ffn))
+        for (const float v : m->router.w) ref.router_lo |= bf16_to_float(float_to_bf16(v)) != v;
+    cuda::LocalShape s = cuda::LocalShape::of(cfg, shard, cuda::PackedSource::Checkpoint, &ckpt);
+    s.router_lo = cuda::routers_need_low_part(s, ckpt);
+    flags_agree &= s.router_lo == ref.router_lo;
+    const std::vector<std::byte> want = cuda::DeviceWeights::reference_image(ref, host, &ckpt, &cfg.quant);
+    cuda::LoadStats st;
+    const std::vector<std::byte> got = plan_image(s, ckpt, cfg.quant, cuda::LoaderOptions{}, &st);
+    sizes_agree &= got.size() == want.size();
+    for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) differ += got[i] != want[i];
+    bytes += got.size();
+    ++ranks;
+    // Small slots and three threads: every window split over many chunks, the same bytes.
+    cuda::LoaderOptions small;
+    small.threads = 3;
+    small.slot_bytes = 1000;
+    const std::vector<std::byte> chunked = plan_image(s, ckpt, cfg.quant, small);
+    differ += chunked != got;
+  }
+  check(sizes_agree && flags_agree && differ == 0,
+        cat(name, " tp ", tp, cfg.moe ? cat(" ", moe_split_name(split)) : std::string(), ": ", ranks, " ranks, ",
+            bytes, " bytes of plan image = DeviceWeights::upload's block (", differ, " bytes differ)"));
+}
+
+// A copy of fixture `name` in a fresh temporary directory.
+fs::path copy_fixture(const std::string& name, const std::string& tag) {
+  const fs::path dst = fs::temp_directory_path() / cat("layertap_load_plan_", ::getpid(), "_", tag);
+  fs::remove_all(dst);
+  fs::copy(fixture(name), dst, fs::copy_options::recursive);
+  return dst;
+}
+
+// Overwrites `bytes` bytes at element `element` of tensor `tensor` in the copy at `dir`.
+void patch(const fs::path& dir, const std::string& tensor, std::size_t element, const void* value, std::size_t bytes) {
+  std::uint64_t offset = 0;
+  std::string file;
+  {
+    const Checkpoint ckpt(checkpoint_files(dir.string()));
+    const TensorInfo& t = ckpt.info(tensor);
+    offset = t.offset + element * dtype_size(t.dtype);
+    file = t.file;
+  }
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(std::streamoff(offset));
+  f.write(static_cast<const char*>(value), std::streamsize(bytes));
+  check(bool(f), cat("patched ", tensor, " in ", file));
+}
+
+void preread(const fs::path& dir, int tp = 1) {
+  const ModelConfig cfg = load_model_config((dir / "config.json").string());
+  const Checkpoint ckpt(checkpoint_files(dir.string()));
+  for (int r = 0; r < tp; ++r) {
+    cuda::LocalShape s = cuda::LocalShape::of(cfg, {r, tp}, cuda::PackedSource::Checkpoint, &ckpt);
+    s.router_lo = cuda::routers_need_low_part(s, ckpt);
+    cuda::HostTarget nowhere(nullptr);
+    cuda::run_load_plan(cuda::plan_load(s, ckpt, cfg.quant), nowhere, cuda::LoaderOptions{});
+  }
+}
+
+void damaged() {
+  {  // The undamaged copies pre-read cleanly.
+    const fs::path d = copy_fixture("kimi_k25_int4", "clean");
+    bool ok = true;
+    try {
+      preread(d, 2);
+    } catch (const Error& e) {
+      ok = false;
+      std::printf("     %s\n", e.what());
+    }
+    check(ok, "an undamaged INT4 checkpoint pre-reads at tp 2");
+    fs::remove_all(d);
+  }
+  {
+    const fs::path d = copy_fixture("kimi_k25_int4", "shape");
+    const std::string t = "language_model.model.layers.1.mlp.experts.3.up_proj.weight_shape";
+    const std::int64_t wrong = 12345;
+    patch(d, t, 1, &wrong, 8);
+    check_throws("a wrong INT4 weight_shape", [&] { preread(d); }, {t, "records shape", "12345", ".safetensors"});
+    fs::remove_all(d);
+  }
+  {
+    const fs::path d = copy_fixture("kimi_k25_int4", "scale");
+    const std::string t = "language_model.model.layers.2.mlp.experts.0.down_proj.weight_scale";
+    const std::uint16_t zero = 0;
+    patch(d, t, 5, &zero, 2);
+    check_throws("a zero INT4 scale", [&] { preread(d); }, {t, "finite and positive", ".safetensors"});
+    fs::remove_all(d);
+  }
+  {
+    const fs::path d = copy_fixture("deepseek_v3_fp8", "fp8");
+    const std::string t = "model.layers.1.mlp.experts.2.gate_proj.weight_scale_inv";
+    const float nan = std::nanf("");
+    patch(d, t, 0, &nan, 4);
+    check_throws("a NaN FP8 scale", [&] { preread(d); }, {t, "nan", "finite and positive", "model.safetensors"});
+    fs::remove_all(d);
+  }
+  {
+    const fs::path d = copy_fixture("qwen3", "bf16");
+    const std::string t = "model.layers.1.mlp.down_proj.weight";
+    const std::uint16_t nan = 0x7fc0;
+    patch(d, t, 7, &nan, 2);
+    check_throws("a NaN bf16 weight", [&] { preread(d); }, {t, "nan", "weights must be finite", ".safetensors"});
+    fs::remove_all(d);
+  }
+  {
+    const fs::path d = copy_fixture("qwen3", "cut");
+    const fs::path shard = d / "model-00002-of-00004.safetensors";
+    fs::resize_file(shard, fs::file_size(shard) - 64);
+    check_throws("a shard truncated before it is opened", [&] { preread(d); }, {shard.string()});
+    fs::remove_all(d);
+  }
+  {  // Truncated after the headers were read (a download still being written, a filesystem fault).
+    const fs::path d = copy_fixture("qwen3", "cut_late");
+    const ModelConfig cfg = load_model_config((d / "config.json").string());
+    const Checkpoint ckpt(checkpoint_files(d.string()));
+    const fs::path shard = d / "model-00003-of-00004.safetensors";
+    fs::resize_file(shard, fs::file_size(shard) / 2);
+    const cuda::LocalShape s = cuda::LocalShape::of(cfg, {0, 1}, cuda::PackedSource::Checkpoint, &ckpt);
+    check_throws("a shard truncated after it was opened", [&] {
+      cuda::HostTarget nowhere(nullptr);
+      cuda::run_load_plan(cuda::plan_load(s, ckpt, cfg.quant), nowhere, cuda::LoaderOptions{});
+    }, {shard.string(), "ends at byte", "truncated"});
+    fs::remove_all(d);
+  }
+}
+
+}  // namespace
+
+int main() {
+  try {
+    for (const char* name : {"llama", "llama_tp", "llama3_rope", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
+                             "deepseek_v3_fp8", "deepseek_v3_noqlora", "kimi_k2", "kimi_k25_int4"})
+      for (const int tp : {1, 2, 4})
+        for (const MoeSplit split : {MoeSplit::Experts, MoeSplit::Intermediate}) {
+          if (split == MoeSplit::Intermediate &&
+              !load_model_config((fixture(name) / "config.json").string()).moe)
+            continue;
+          compare_fixture(name, tp, split);
+        }
+    damaged();
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
+  return failures == 0 ? 0 : 1;
+}

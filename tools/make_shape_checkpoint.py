@@ -1,0 +1,701 @@
+#!/usr/bin/env python3
+"""Write a full-size "shape-only" Hugging Face checkpoint: config.json, model.safetensors.index.json
+and safetensors shards that hold every tensor of the real model under its real name, shape and
+dtype, with the tensor data left as sparse holes (reads as zeros), so that a 595 GB checkpoint
+takes a few MB of disk. For exercising loaders, planners and memory estimates at the real sizes
+without the real weights. Standard library only.
+
+    python3 tools/make_shape_checkpoint.py --arch kimi-k2.5 --out /scratch/k25-shapes
+    python3 tools/make_shape_checkpoint.py --arch deepseek-v3 --layers 4 --out DIR --fill-scales 0.01
+    python3 tools/make_shape_checkpoint.py --config some/config.json --out DIR --dry-run
+
+Values that are always written: every compressed-tensors `X.weight_shape` (int64 [out, in]).
+With --fill-scales V: every FP8 `X.weight_scale_inv` and INT4 `X.weight_scale` holds V (in the
+tensor's dtype), every norm weight holds 1.0 and every `e_score_correction_bias` 0.0. Everything
+else is a hole. Note that --fill-scales writes the scales for real: about 1.06 GB per Kimi-K2.5
+MoE layer (64 GB for the full model), 2.7 MB per DeepSeek-V3 MoE layer.
+
+Built-in layouts (--arch) are config dicts fed to the same generator as --config: Llama, Mistral,
+Qwen2, Qwen3 (dense), Qwen3-MoE, DeepseekV3 (incl. Kimi-K2 and the MTP layers of
+num_nextn_predict_layers) and KimiK25ForConditionalGeneration (text model under
+language_model.model., plus a MoonViT vision tower and projector that layertap never reads).
+Formats: plain (torch_dtype), DeepSeek FP8 blocks (quant_method fp8) and compressed-tensors
+pack-quantized INT4 (targets / ignore matched as layertap does: `re:` entries with re.match,
+others by exact name, target `Linear` matches every Linear).
+"""
+import argparse
+import copy
+import json
+import os
+import re
+import struct
+import sys
+
+# ---------------------------------------------------------------- built-in configs
+
+_KIMI_QUANT = {
+    "config_groups": {
+        "group_0": {
+            "input_activations": None,
+            "output_activations": None,
+            "targets": ["Linear"],
+            "weights": {
+                "actorder": None, "block_structure": None, "dynamic": False, "group_size": 32, "num_bits": 4,
+                "observer": "minmax", "observer_kwargs": {}, "strategy": "group", "symmetric": True, "type": "int",
+            },
+        }
+    },
+    "format": "pack-quantized",
+    "ignore": [
+        "re:.*self_attn.*",
+        "re:.*shared_experts.*",
+        "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+        "re:.*lm_head.*",
+        "re:.*vision_tower.*",
+        "re:.*mm_projector.*",
+    ],
+    "kv_cache_scheme": None,
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed",
+}
+
+KIMI_K25 = {
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    "ignore_index": -100,
+    "media_placeholder_token_id": 163605,
+    "model_type": "kimi_k25",
+    "pad_token_id": None,
+    "text_config": {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "aux_loss_alpha": 0.001,
+        "bos_token_id": 163584,
+        "eos_token_id": 163585,
+        "first_k_dense_replace": 1,
+        "hidden_act": "silu",
+        "hidden_size": 7168,
+        "initializer_range": 0.02,
+        "intermediate_size": 18432,
+        "kv_lora_rank": 512,
+        "max_position_embeddings": 262144,
+        "model_type": "kimi_k2",
+        "moe_intermediate_size": 2048,
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "n_routed_experts": 384,
+        "n_shared_experts": 1,
+        "norm_topk_prob": True,
+        "num_attention_heads": 64,
+        "num_experts_per_tok": 8,
+        "num_hidden_layers": 61,
+        "num_key_value_heads": 64,
+        "num_nextn_predict_layers": 0,
+        "pad_token_id": None,
+        "pretraining_tp": 1,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "quantization_config": _KIMI_QUANT,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "beta_fast": 32.0, "beta_slow": 1.0, "factor": 64.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096, "type": "yarn",
+        },
+        "rope_theta": 50000.0,
+        "routed_scaling_factor": 2.827,
+        "scoring_func": "sigmoid",
+        "seq_aux": True,
+        "tie_word_embeddings": False,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.48.0",
+        "use_cache": True,
+        "v_head_dim": 128,
+        "vocab_size": 163840,
+    },
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.57.1",
+    "use_unified_vision_chunk": True,
+    "video_placeholder": "<|kimi_k25_video_placeholder|>",
+    "vision_config": {
+        "init_pos_emb_height": 64,
+        "init_pos_emb_time": 4,
+        "init_pos_emb_width": 64,
+        "merge_kernel_size": [2, 2],
+        "mm_hidden_size": 1152,
+        "mm_projector_type": "patchmerger",
+        "patch_size": 14,
+        "pos_emb_type": "divided_fixed",
+        "projector_hidden_act": "gelu",
+        "projector_ln_eps": 1e-05,
+        "text_hidden_size": 7168,
+        "video_attn_type": "spatial_temporal",
+        "vt_hidden_size": 1152,
+        "vt_intermediate_size": 4304,
+        "vt_num_attention_heads": 16,
+        "vt_num_hidden_layers": 27,
+    },
+}
+
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "aux_loss_alpha": 0.001,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "ep_size": 1,
+    "first_k_dense_replace": 3,
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "initializer_range": 0.02,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "pretraining_tp": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "quantization_config": {
+        "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128],
+    },
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {
+        "beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096, "type": "yarn",
+    },
+    "rope_theta": 10000,
+    "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid",
+    "seq_aux": True,
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1",
+    "use_cache": True,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+}
+
+LLAMA_31_70B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "intermediate_size": 28672,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192, "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+ARCHS = {"kimi-k2.5": KIMI_K25, "deepseek-v3": DEEPSEEK_V3, "llama-3.1-70b": LLAMA_31_70B}
+
+# ---------------------------------------------------------------- dtypes
+
+DTYPE_SIZE = {"F8_E4M3": 1, "F16": 2, "BF16": 2, "I32": 4, "F32": 4, "I64": 8}
+# safetensors lays tensors out by dtype (its enum order, descending), then by name.
+DTYPE_RANK = {"F8_E4M3": 7, "I16": 9, "F16": 11, "BF16": 12, "I32": 13, "F32": 15, "F64": 16, "I64": 17}
+TORCH_DTYPE = {None: "BF16", "bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+
+
+def encode(value, dtype):
+    """One element of `dtype` holding the float `value`, as little-endian bytes."""
+    if dtype == "F32":
+        return struct.pack("<f", value)
+    if dtype == "F16":
+        return struct.pack("<e", value)
+    if dtype == "BF16":
+        (bits,) = struct.unpack("<I", struct.pack("<f", value))
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
+        return struct.pack("<H", bits & 0xFFFF)
+    raise SystemExit(f"cannot fill a {dtype} tensor with a float")
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+# ---------------------------------------------------------------- tensor list
+
+
+class Tensor:
+    __slots__ = ("name", "dtype", "shape", "role", "value")
+
+    def __init__(self, name, dtype, shape, role=None, value=None):
+        self.name, self.dtype, self.shape, self.role, self.value = name, dtype, list(shape), role, value
+
+    @property
+    def nbytes(self):
+        n = DTYPE_SIZE[self.dtype]
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class Quant:
+    """Which Linears are quantized, and how (from quantization_config)."""
+
+    def __init__(self, qc):
+        self.kind = "none"
+        if not qc:
+            return
+        method = qc.get("quant_method")
+        if method == "fp8":
+            if qc.get("fmt", "e4m3") != "e4m3" or not qc.get("weight_block_size"):
+                raise SystemExit("fp8 quantization_config: only fmt e4m3 with weight_block_size is supported")
+            self.kind = "fp8"
+            self.block = [int(x) for x in qc["weight_block_size"]]
+        elif method == "compressed-tensors":
+            if qc.get("format") != "pack-quantized":
+                raise SystemExit(f"compressed-tensors format {qc.get('format')!r} is not supported (pack-quantized only)")
+            self.kind = "int4"
+            self.groups = []
+            for g in qc.get("config_groups", {}).values():
+                w = g.get("weights") or {}
+                if w.get("num_bits") != 4 or w.get("type") != "int" or w.get("strategy") != "group":
+                    raise SystemExit("compressed-tensors: only 4-bit int group weights are supported")
+                self.groups.append((list(g.get("targets", [])), int(w["group_size"])))
+            self.ignore = list(qc.get("ignore", []))
+        else:
+            raise SystemExit(f"quant_method {method!r} is not supported (fp8, compressed-tensors)")
+
+    @staticmethod
+    def _matches(name, pattern):
+        if pattern == "Linear":
+            return True
+        if pattern.startswith("re:"):
+            return re.match(pattern[3:], name) is not None
+        return pattern == name
+
+    def int4_group(self, module):
+        if any(self._matches(module, p) for p in self.ignore):
+            return None
+        for targets, group in self.groups:
+            if any(self._matches(module, t) for t in targets):
+                return group
+        return None
+
+
+class Builder:
+    def __init__(self, plain, quant):
+        self.plain, self.quant, self.tensors = plain, quant, []
+
+    def add(self, name, dtype, shape, role=None, value=None):
+        self.tensors.append(Tensor(name, dtype, shape, role, value))
+
+    def norm(self, prefix, dim, bias=False):
+        self.add(prefix + ".weight", self.plain, [dim], "norm")
+        if bias:
+            self.add(prefix + ".bias", self.plain, [dim])
+
+    def plain_tensor(self, name, shape):
+        self.add(name, self.plain, shape)
+
+    def linear(self, module, out, inp, bias=False, quantizable=True):
+        """A Linear [out, in] in the checkpoint's format (quantizable: a decoder Linear)."""
+        q = self.quant
+        group = q.int4_group(module) if (quantizable and q.kind == "int4") else None
+        if quantizable and q.kind == "fp8":
+            bo, bi = q.block
+            self.add(module + ".weight", "F8_E4M3", [out, inp])
+            self.add(module + ".weight_scale_inv", "F32", [cdiv(out, bo), cdiv(inp, bi)], "scale")
+        elif group is not None:
+            self.add(module + ".weight_packed", "I32", [out, cdiv(inp, 8)])
+            self.add(module + ".weight_scale", "BF16", [out, cdiv(inp, group)], "scale")
+            self.add(module + ".weight_shape", "I64", [2], "shape", [out, inp])
+        else:
+            self.add(module + ".weight", self.plain, [out, inp])
+        if bias:
+            self.add(module + ".bias", self.plain, [out])
+
+    def mlp(self, prefix, hidden, inter, bias=False):
+        self.linear(prefix + ".gate_proj", inter, hidden, bias)
+        self.linear(prefix + ".up_proj", inter, hidden, bias)
+        self.linear(prefix + ".down_proj", hidden, inter, bias)
+
+
+def _req(c, key):
+    if c.get(key) is None:
+        raise SystemExit(f"config: required key {key!r} is missing")
+    return int(c[key])
+
+
+def gqa_layer(b, c, p, arch):
+    hidden = _req(c, "hidden_size")
+    heads = _req(c, "num_attention_heads")
+    kv = int(c.get("num_key_value_heads") or heads)
+    hd = int(c.get("head_dim") or hidden // heads)
+    attn_bias = bool(c.get("attention_bias", arch == "Qwen2ForCausalLM"))
+    qkv_bias = attn_bias or arch == "Qwen2ForCausalLM"
+    o_bias = attn_bias and arch != "Qwen2ForCausalLM"
+    b.norm(p + "input_layernorm", hidden)
+    b.linear(p + "self_attn.q_proj", heads * hd, hidden, qkv_bias)
+    b.linear(p + "self_attn.k_proj", kv * hd, hidden, qkv_bias)
+    b.linear(p + "self_attn.v_proj", kv * hd, hidden, qkv_bias)
+    b.linear(p + "self_attn.o_proj", hidden, heads * hd, o_bias)
+    if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"):
+        b.norm(p + "self_attn.q_norm", hd)
+        b.norm(p + "self_attn.k_norm", hd)
+    b.norm(p + "post_attention_layernorm", hidden)
+
+
+def mla_layer(b, c, p, moe):
+    hidden = _req(c, "hidden_size")
+    heads = _req(c, "num_attention_heads")
+    q_lora = c.get("q_lora_rank", 1536)
+    kv_lora = int(c.get("kv_lora_rank") or 512)
+    nope = int(c.get("qk_nope_head_dim") or 128)
+    rope = int(c.get("qk_rope_head_dim") or 64)
+    v = int(c.get("v_head_dim") or 128)
+    bias = bool(c.get("attention_bias", False))
+    a = p + "self_attn."
+    b.norm(p + "input_layernorm", hidden)
+    if q_lora is None:
+        b.linear(a + "q_proj", heads * (nope + rope), hidden)
+    else:
+        b.linear(a + "q_a_proj", int(q_lora), hidden, bias)
+        b.norm(a + "q_a_layernorm", int(q_lora))
+        b.linear(a + "q_b_proj", heads * (nope + rope), int(q_lora))
+    b.linear(a + "kv_a_proj_with_mqa", kv_lora + rope, hidden, bias)
+    b.norm(a + "kv_a_layernorm", kv_lora)
+    b.linear(a + "kv_b_proj", heads * (nope + v), kv_lora)
+    b.linear(a + "o_proj", hidden, heads * v, bias)
+    b.norm(p + "post_attention_layernorm", hidden)
+    if not moe:
+        b.mlp(p + "mlp", hidden, _req(c, "intermediate_size"))
+        return
+    experts = int(c.get("n_routed_experts") or 256)
+    inter = int(c.get("moe_intermediate_size") or 2048)
+    b.plain_tensor(p + "mlp.gate.weight", [experts, hidden])
+    b.add(p + "mlp.gate.e_score_correction_bias", "F32", [experts], "bias0")
+    for e in range(experts):
+        b.mlp(f"{p}mlp.experts.{e}", hidden, inter)
+    shared = int(c.get("n_shared_experts", 1) or 0)
+    if shared:
+        b.mlp(p + "mlp.shared_experts", hidden, shared * inter)
+
+
+def deepseek_text(b, c, prefix, lm_head):
+    """DeepseekV3ForCausalLM under `prefix` (e.g. 'model.'), lm_head tensor name, MTP layers last."""
+    hidden, vocab, layers = _req(c, "hidden_size"), _req(c, "vocab_size"), _req(c, "num_hidden_layers")
+    k_dense = int(c.get("first_k_dense_replace", 3))
+    freq = int(c.get("moe_layer_freq", 1) or 1)
+
+    def is_moe(i):
+        return i >= k_dense and i % freq == 0
+
+    b.plain_tensor(prefix + "embed_tokens.weight", [vocab, hidden])
+    for i in range(layers):
+        mla_layer(b, c, f"{prefix}layers.{i}.", is_moe(i))
+    b.norm(prefix + "norm", hidden)
+    if not c.get("tie_word_embeddings", False):
+        b.plain_tensor(lm_head, [vocab, hidden])
+    for i in range(layers, layers + int(c.get("num_nextn_predict_layers") or 0)):
+        p = f"{prefix}layers.{i}."
+        b.plain_tensor(p + "embed_tokens.weight", [vocab, hidden])
+        b.norm(p + "enorm", hidden)
+        b.norm(p + "hnorm", hidden)
+        b.linear(p + "eh_proj", hidden, 2 * hidden, quantizable=False)
+        mla_layer(b, c, p, is_moe(i))
+        b.norm(p + "shared_head.norm", hidden)
+        b.plain_tensor(p + "shared_head.head.weight", [vocab, hidden])
+
+
+def gqa_text(b, c, arch):
+    hidden, vocab, layers = _req(c, "hidden_size"), _req(c, "vocab_size"), _req(c, "num_hidden_layers")
+    inter = _req(c, "intermediate_size")
+    mlp_bias = bool(c.get("mlp_bias", False)) and arch == "LlamaForCausalLM"
+    b.plain_tensor("model.embed_tokens.weight", [vocab, hidden])
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        gqa_layer(b, c, p, arch)
+        moe = False
+        if arch == "Qwen3MoeForCausalLM":
+            experts = int(c.get("num_experts") or c.get("num_local_experts") or 0)
+            step = int(c.get("decoder_sparse_step", 1) or 1)
+            moe = i not in (c.get("mlp_only_layers") or []) and experts > 0 and (i + 1) % step == 0
+        if moe:
+            m_inter = _req(c, "moe_intermediate_size")
+            b.plain_tensor(p + "mlp.gate.weight", [experts, hidden])
+            for e in range(experts):
+                b.mlp(f"{p}mlp.experts.{e}", hidden, m_inter)
+        else:
+            b.mlp(p + "mlp", hidden, inter, mlp_bias)
+    b.norm("model.norm", hidden)
+    if not c.get("tie_word_embeddings", False):
+        b.plain_tensor("lm_head.weight", [vocab, hidden])
+
+
+def moonvit(b, v, text_hidden):
+    """A MoonViT-like vision tower and patch-merger projector (never read by layertap)."""
+    d, inter = int(v.get("vt_hidden_size", 1152)), int(v.get("vt_intermediate_size", 4304))
+    patch, blocks = int(v.get("patch_size", 14)), int(v.get("vt_num_hidden_layers", 27))
+    t = "vision_tower."
+    b.plain_tensor(t + "patch_embed.proj.weight", [d, 3, patch, patch])
+    b.plain_tensor(t + "patch_embed.proj.bias", [d])
+    b.plain_tensor(t + "patch_embed.pos_emb.weight",
+                   [int(v.get("init_pos_emb_height", 64)), int(v.get("init_pos_emb_width", 64)), d])
+    for i in range(blocks):
+        p = f"{t}encoder.blocks.{i}."
+        b.norm(p + "norm0", d, bias=True)
+        b.linear(p + "wqkv", 3 * d, d, bias=True, quantizable=False)
+        b.linear(p + "wo", d, d, bias=True, quantizable=False)
+        b.norm(p + "norm1", d, bias=True)
+        b.linear(p + "mlp.fc0", inter, d, bias=True, quantizable=False)
+        b.linear(p + "mlp.fc1", d, inter, bias=True, quantizable=False)
+    b.norm(t + "encoder.final_layernorm", d, bias=True)
+    mm = int(v.get("mm_hidden_size", d))
+    kh, kw = (v.get("merge_kernel_size") or [2, 2])[:2]
+    merged = mm * int(kh) * int(kw)
+    b.norm("mm_projector.pre_norm", mm, bias=True)
+    b.linear("mm_projector.proj.0", merged, merged, bias=True, quantizable=False)
+    b.linear("mm_projector.proj.2", int(v.get("text_hidden_size", text_hidden)), merged, bias=True, quantizable=False)
+
+
+GQA_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+SUPPORTED = GQA_ARCHS + ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+
+
+def text_config(config):
+    if (config.get("architectures") or [None])[0] == "KimiK25ForConditionalGeneration":
+        if not isinstance(config.get("text_config"), dict):
+            raise SystemExit("KimiK25ForConditionalGeneration config without text_config")
+        return config["text_config"]
+    return config
+
+
+def tensor_list(config):
+    """Every tensor of the checkpoint `config` describes, in module order."""
+    arch = (config.get("architectures") or [None])[0]
+    if arch not in SUPPORTED:
+        raise SystemExit(f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED)})")
+    c = text_config(config)
+    qc = config.get("quantization_config") or c.get("quantization_config")
+    plain = TORCH_DTYPE.get(c.get("torch_dtype") or c.get("dtype") or config.get("torch_dtype"))
+    if plain is None:
+        raise SystemExit(f"torch_dtype {c.get('torch_dtype') or c.get('dtype')!r} is not supported")
+    b = Builder(plain, Quant(qc))
+    if arch in GQA_ARCHS:
+        gqa_text(b, c, arch)
+    elif arch == "DeepseekV3ForCausalLM":
+        deepseek_text(b, c, "model.", "lm_head.weight")
+    else:
+        deepseek_text(b, c, "language_model.model.", "language_model.lm_head.weight")
+        if isinstance(config.get("vision_config"), dict):
+            moonvit(b, config["vision_config"], _req(c, "hidden_size"))
+    names = set()
+    for t in b.tensors:
+        if t.name in names:
+            raise AssertionError(f"tensor {t.name} generated twice")
+        names.add(t.name)
+    return b.tensors
+
+
+def apply_overrides(config, layers=None, vocab=None):
+    """--layers / --vocab on a copy of config (the text config for Kimi-K2.5)."""
+    config = copy.deepcopy(config)
+    c = text_config(config)
+    if vocab is not None:
+        c["vocab_size"] = vocab
+    if layers is not None:
+        if layers < 1:
+            raise SystemExit("--layers must be at least 1")
+        c["num_hidden_layers"] = layers
+        arch = (config.get("architectures") or [None])[0]
+        if arch in ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"):
+            c["first_k_dense_replace"] = min(int(c.get("first_k_dense_replace", 3)), max(layers - 1, 0))
+        if c.get("mlp_only_layers"):
+            c["mlp_only_layers"] = [i for i in c["mlp_only_layers"] if i < layers]
+    return config
+
+
+# ---------------------------------------------------------------- shards and files
+
+
+def assign_shards(tensors, n):
+    """Tensors in order into n shards balanced by bytes (a tensor goes where its midpoint falls);
+    empty shards (tensors larger than a shard's share) are dropped. Returns lists of tensors."""
+    n = max(1, min(n, len(tensors)))
+    total = sum(t.nbytes for t in tensors) or 1
+    shards = [[] for _ in range(n)]
+    pos = 0
+    for t in tensors:
+        k = min(n - 1, int((pos + t.nbytes / 2) * n // total))
+        shards[k].append(t)
+        pos += t.nbytes
+    return [s for s in shards if s]
+
+
+def shard_layout(tensors):
+    """(header bytes incl. padding, [(tensor, begin)] in data order, data size) of one shard."""
+    order = sorted(tensors, key=lambda t: (-DTYPE_RANK[t.dtype], t.name))
+    header = {"__metadata__": {"format": "pt"}}
+    placed, pos = [], 0
+    for t in order:
+        header[t.name] = {"dtype": t.dtype, "shape": t.shape, "data_offsets": [pos, pos + t.nbytes]}
+        placed.append((t, pos))
+        pos += t.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return text, placed, pos
+
+
+def fill_bytes(t, fill):
+    """The bytes to write for tensor t (None: leave it a hole)."""
+    if t.role == "shape":
+        return struct.pack("<%dq" % len(t.value), *t.value)
+    if fill is None:
+        return None
+    if t.role == "scale":
+        return encode(fill, t.dtype)
+    if t.role == "norm":
+        return encode(1.0, t.dtype)
+    if t.role == "bias0":
+        return encode(0.0, t.dtype)
+    return None
+
+
+CHUNK = 8 << 20
+
+
+def write_shard(path, tensors, fill):
+    header, placed, data_size = shard_layout(tensors)
+    base = 8 + len(header)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)))
+        f.write(header)
+        for t, begin in placed:
+            pattern = fill_bytes(t, fill)
+            if pattern is None:
+                continue
+            f.seek(base + begin)
+            if len(pattern) == t.nbytes:
+                f.write(pattern)
+                continue
+            reps = t.nbytes // len(pattern)  # pattern is one element
+            chunk = pattern * min(reps, CHUNK // len(pattern))
+            left = t.nbytes
+            while left:
+                piece = chunk if left >= len(chunk) else chunk[:left]
+                f.write(piece)
+                left -= len(piece)
+        f.truncate(base + data_size)
+    return base + data_size
+
+
+def disk_bytes(path):
+    return os.stat(path).st_blocks * 512
+
+
+def prepare_out(out, force):
+    if os.path.exists(out):
+        if not os.path.isdir(out):
+            raise SystemExit(f"--out {out} exists and is not a directory")
+        existing = os.listdir(out)
+        if existing and not force:
+            raise SystemExit(f"--out {out} is not empty (use --force to write into it)")
+        for name in existing:  # stale shards of an earlier run would confuse a reader of the directory
+            if name.endswith(".safetensors") or name == "model.safetensors.index.json":
+                os.remove(os.path.join(out, name))
+    else:
+        os.makedirs(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--arch", choices=sorted(ARCHS), help="a built-in layout")
+    src.add_argument("--config", help="a config.json of a supported architecture")
+    ap.add_argument("--out", help="output directory (refused when non-empty, unless --force)")
+    ap.add_argument("--force", action="store_true", help="write into a non-empty --out (removes its old shards)")
+    ap.add_argument("--layers", type=int, help="override num_hidden_layers (full width kept)")
+    ap.add_argument("--vocab", type=int, help="override vocab_size")
+    ap.add_argument("--shards", type=int, help="number of shards (default: about 5 GB each, at least 1)")
+    ap.add_argument("--fill-scales", type=float, metavar="VALUE",
+                    help="write FP8/INT4 scales as VALUE, norm weights as 1.0, e_score_correction_bias as 0.0")
+    ap.add_argument("--dry-run", action="store_true", help="print the summary only, write nothing")
+    a = ap.parse_args(argv)
+    if not a.dry_run and not a.out:
+        ap.error("--out is required (or --dry-run)")
+    if a.shards is not None and a.shards < 1:
+        ap.error("--shards must be at least 1")
+
+    if a.arch:
+        base = ARCHS[a.arch]
+    else:
+        with open(a.config) as f:
+            base = json.load(f)
+    config = apply_overrides(base, a.layers, a.vocab)
+    tensors = tensor_list(config)
+    total = sum(t.nbytes for t in tensors)
+    n = a.shards if a.shards is not None else max(1, round(total / 5e9))
+    shards = assign_shards(tensors, n)
+    if a.shards is not None and len(shards) != a.shards:
+        print(f"note: {len(shards)} shards, not {a.shards} (some tensors are larger than a shard's share)",
+              file=sys.stderr)
+
+    on_disk = 0
+    if not a.dry_run:
+        prepare_out(a.out, a.force)
+        path = os.path.join(a.out, "config.json")
+        with open(path, "w") as f:
+            f.write(json.dumps(config, indent=2, sort_keys=bool(a.arch)) + "\n")
+        on_disk += disk_bytes(path)
+        weight_map = {}
+        for i, shard in enumerate(shards):
+            name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            path = os.path.join(a.out, name)
+            write_shard(path, shard, a.fill_scales)
+            on_disk += disk_bytes(path)
+            for t in shard:
+                weight_map[t.name] = name
+        path = os.path.join(a.out, "model.safetensors.index.json")
+        with open(path, "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=2)
+            f.write("\n")
+        on_disk += disk_bytes(path)
+
+    print(f"{len(tensors)} tensors, {len(shards)} shards, {total / 1e9:.2f} GB logical ({total} bytes), "
+          + ("nothing written (dry run)" if a.dry_run else f"{on_disk / 1e6:.1f} MB on disk in {a.out}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
