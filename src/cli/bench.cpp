@@ -167,7 +167,7 @@ std::string bench_usage() {
          "capture overhead; for dense models the cuBLASLt bf16 GEMM rate on the model's product shapes\n"
          "and tokens/s as a fraction of the GEMM-bound limit; for MoE models per-layer times, the\n"
          "expert load on this rank, and (with --tp-shard N) the N-GPU group's projected tokens/s.\n\n"
-         "  --synthetic NAME      llama3-8b (default), qwen3-8b, tiny (dense); kimi-k2.5 (MLA, MoE,\n"
+         "  --synthetic NAME      llama3-8b (default), llama3-70b, qwen3-8b, tiny (dense); kimi-k2.5 (MLA, MoE,\n"
          "                        INT4 experts), deepseek-v3 (MLA, MoE, FP8), qwen3-30b-a3b (MoE),\n"
          "                        tiny-moe (MLA, MoE, INT4; seconds)\n"
          "  --tp-shard N          run one rank's share of an N-GPU tensor-parallel group (default 1);\n"
@@ -274,7 +274,7 @@ std::string with_layers(std::string json, std::int64_t layers) {
 }  // namespace
 
 std::vector<std::string> synthetic_model_names() {
-  return {"llama3-8b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe"};
+  return {"llama3-8b", "llama3-70b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe"};
 }
 
 ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers) {
@@ -287,10 +287,11 @@ ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers)
   }
   ModelConfig c;
   c.torch_dtype = DType::BF16;
-  if (name == "llama3-8b") {  // Llama-3.1-8B
+  if (name == "llama3-8b" || name == "llama3-70b") {  // Llama-3.1-8B, Llama-3.1-70B
     c.architecture = "LlamaForCausalLM";
     c.hidden_size = 4096, c.num_layers = 32, c.num_heads = 32, c.num_kv_heads = 8, c.head_dim = 128;
     c.intermediate_size = 14336, c.vocab_size = 128256, c.rms_norm_eps = 1e-5;
+    if (name == "llama3-70b") c.hidden_size = 8192, c.num_layers = 80, c.num_heads = 64, c.intermediate_size = 28672;
     c.rope.type = RopeConfig::Type::Llama3;
     c.rope.theta = 500000.0, c.rope.factor = 8.0, c.rope.low_freq_factor = 1.0, c.rope.high_freq_factor = 4.0;
     c.rope.original_max_position_embeddings = 8192;
