@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Planning and pre-reading a job without a GPU, as users run it on a login node (a CUDA build):
+
+    mpirun -np 8 layertap extract ... --tp 8 --backend cuda --dry-run --gpu-memory 141 [--read-weights]
+
+on full-size shape-only checkpoints (tools/make_shape_checkpoint.py: real names, shapes and dtypes,
+data as sparse holes). Checks: every rank's device plan fits 141 GiB for Kimi-K2.5 and DeepSeek-V3
+and not 40 GiB (with the largest batch that would fit), nothing is written; --read-weights at TP 8 on
+a full-width Kimi-K2.5 with few layers keeps each rank's peak anonymous memory under 2 GiB; a wrong
+weight_shape, a NaN FP8 scale and a truncated shard are refused by name on every rank, before any
+GPU would be used; --backend cuda without --gpu-memory on a machine without a GPU says what to pass.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ARGS = None
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
+GIB = 1 << 30
+
+
+def tensor_offset(path, name):
+    """(file offset, dtype) of tensor `name` in one safetensors file."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return 8 + n + header[name]["data_offsets"][0], header[name]["dtype"]
+
+
+def file_of(model, name):
+    index = json.loads((model / "model.safetensors.index.json").read_text())
+    return model / index["weight_map"][name]
+
+
+class Plan(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="layertap-plan-"))
+        self.data = self.tmp / "d.jsonl"
+        self.data.write_text("".join(json.dumps({"input_ids": list(range(1, 9 + i % 5))}) + "\n" for i in range(16)))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def checkpoint(self, name, *args):
+        out = self.tmp / name
+        subprocess.run([sys.executable, ARGS.tool, "--out", str(out), *args], check=True, stdout=subprocess.DEVNULL)
+        return out
+
+    def extract(self, model, *args, np_=8, tp=8, capture="eagle3"):
+        out = self.tmp / "out"
+        cmd = [ARGS.mpirun, "--oversubscribe", "-np", str(np_), ARGS.layertap, "extract", "--model", str(model),
+               "--data", str(self.data), "--out", str(out), "--tp", str(tp), "--capture", capture,
+               "--backend", "cuda", "--dry-run", *args]
+        r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900)
+        self.assertFalse(out.exists() and any(out.iterdir()), "a dry run wrote into --out")
+        return r
+
+    def device_lines(self, text):
+        return re.findall(r"device +([0-9.]+) GiB of ([0-9.]+) GiB: (fits|does NOT fit)(.*)", text)
+
+    def test_full_size_layouts_fit_141_gib(self):
+        for arch in ("kimi-k2.5", "deepseek-v3"):
+            with self.subTest(arch=arch):
+                model = self.checkpoint(arch, "--arch", arch)
+                r = self.extract(model, "--gpu-memory", "141")
+                self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+                lines = self.device_lines(r.stdout)
+                self.assertEqual(len(lines), 8, r.stdout)
+                for need, have, verdict, _ in lines:
+                    self.assertEqual(verdict, "fits")
+                    self.assertEqual(float(have), 141.0)
+                    self.assertLess(float(need), 141.0)
+                    self.assertGreater(float(need), 60.0)  # the weights of a 1/8 share are real sizes
+                self.assertIn("no weights", r.stdout)       # the cuda host plan holds none
+                self.assertIn("calibration skipped: no GPU", r.stdout)
+                print(f"     {arch} tp 8: device {lines[0][0]} GiB on rank 0 of 141")
+                # A card too small: every rank says so, with the batch that would fit or that none does.
+                small = self.extract(model, "--gpu-memory", "40", "--calibrate-batches", "0")
+                self.assertEqual(small.returncode, 0, small.stderr[-3000:])
+                self.assertIn("NOT enough device memory", small.stdout)
+                self.assertEqual([v for _, _, v, _ in self.device_lines(small.stdout)], ["does NOT fit"] * 8)
+                shutil.rmtree(model)
+
+    def test_no_gpu_needs_gpu_memory(self):
+        model = self.checkpoint("llama", "--arch", "llama-3.1-70b", "--layers", "2", "--vocab", "1024")
+        r = self.extract(model, np_=1, tp=1, capture="0,1,final")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--gpu-memory", r.stderr)
+
+    def test_read_weights_bounded_memory_and_damage_named(self):
+        model = self.checkpoint("kimi", "--arch", "kimi-k2.5", "--layers", "2", "--vocab", "4096",
+                                "--fill-scales", "0.01")
+        r = self.extract(model, "--gpu-memory", "96", "--read-weights", capture="0,1,final")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        reads = re.findall(r"rank (\d+): read ([0-9.]+) (\w+) .* in ([0-9.]+) s, ([0-9.]+) GB/s, "
+                           r"peak anonymous memory ([0-9.]+) (\w+)", r.stdout)
+        self.assertEqual(len(reads), 8, r.stdout)
+        for rank, size, unit, secs, gbs, peak, peak_unit in reads:
+            self.assertEqual(unit, "GiB")
+            self.assertGreater(float(size), 1.0)  # 48 experts x 3 INT4 matrices + attention + embedding
+            peak_bytes = float(peak) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": GIB}[peak_unit]
+            self.assertLess(peak_bytes, 2 * GIB, f"rank {rank} peaked at {peak} {peak_unit}")
+        print(f"     kimi-k2.5 2 layers tp 8: each rank read {reads[0][1]} GiB at {reads[0][4]} GB/s, "
+              f"peak anonymous memory {max(float(p[5]) for p in reads)} {reads[0][6]}")
+
+        damaged = [
+            ("language_model.model.layers.1.mlp.experts.9.gate_proj.weight_shape", struct.pack("<q", 777), 8,
+             "records shape"),
+            ("language_model.model.layers.1.mlp.experts.40.down_proj.weight_scale", struct.pack("<H", 0x7fc0), 0,
+             "finite and positive"),
+        ]
+        for name, value, at, message in damaged:
+            with self.subTest(tensor=name):
+                path = file_of(model, name)
+                offset, _ = tensor_offset(path, name)
+                with open(path, "r+b") as f:
+                    f.seek(offset + at)
+                    old = f.read(len(value))
+                    f.seek(offset + at)
+                    f.write(value)
+                r = self.extract(model, "--gpu-memory", "96", "--read-weights", capture="0,1,final")
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(name, r.stderr)
+                self.assertIn(message, r.stderr)
+                self.assertIn(path.name, r.stderr)
+                with open(path, "r+b") as f:
+                    f.seek(offset + at)
+                    f.write(old)
+
+    def test_fp8_nan_scale_and_truncated_shard(self):
+        model = self.checkpoint("ds", "--arch", "deepseek-v3", "--layers", "2", "--vocab", "4096",
+                                "--fill-scales", "0.01")
+        name = "model.layers.1.mlp.experts.3.up_proj.weight_scale_inv"
+        path = file_of(model, name)
+        offset, dtype = tensor_offset(path, name)
+        self.assertEqual(dtype, "F32")
+        with open(path, "r+b") as f:
+            f.seek(offset + 4 * 5)
+            f.write(struct.pack("<f", float("nan")))
+        r = self.extract(model, "--gpu-memory", "141", "--read-weights", capture="0,1,final")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(name, r.stderr)
+        self.assertIn("nan", r.stderr)
+        self.assertIn(path.name, r.stderr)
+
+        index = json.loads((model / "model.safetensors.index.json").read_text())
+        shard = model / sorted(set(index["weight_map"].values()))[-1]
+        os.truncate(shard, shard.stat().st_size - 4096)
+        r = self.extract(model, "--gpu-memory", "141", capture="0,1,final")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(shard.name, r.stderr)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--layertap", required=True)
+    p.add_argument("--mpirun", required=True)
+    p.add_argument("--tool", required=True)
+    ARGS, rest = p.parse_known_args()
+    unittest.main(argv=[sys.argv[0], *rest])
+
+
+if __name__ == "__main__":
+    main()
