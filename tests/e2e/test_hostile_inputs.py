@@ -187,7 +187,7 @@ class Hostile(unittest.TestCase):
             with self.subTest(change=change):
                 self.expect_refused(["config.json", expected], model=self.with_config(f"cfg{i}", **change))
         # Sizes in range whose weights cannot fit: refused with the numbers before anything is read.
-        self.expect_refused(["not enough host memory", "float32 weights (576.0 GiB at --tp 1)"],
+        self.expect_refused(["not enough host memory", "float32 weights 576.0 GiB", "at --tp 1"],
                             model=self.with_config("cfg_vocab", vocab_size=2**31))
 
     def test_config_json_must_be_a_file(self):
