@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Loader throughput against a raw sequential read of the same files on the same disk, same run:
+# Loader throughput against a raw sequential read (dd, 16 MiB blocks) of the same files on the same
+# disk, same run:
 # a real (non-sparse) bf16 checkpoint of about SIZE_GB GB (Llama-3.1-70B's width, as many layers as
 # fit, random finite values), the page cache dropped before every read, REPS repetitions
 # interleaved. The loader is `extract --dry-run --backend cuda --read-weights` at --tp 1: the CUDA
@@ -20,7 +21,7 @@ layers=$(python3 -c "print(max(1, int(($size_gb - 0.27) / 1.71)))")
 python3 "$here/make_shape_checkpoint.py" --arch llama-3.1-70b --layers "$layers" --vocab 16384 --out "$dir/model" \
   --force >/dev/null
 # Fill every data byte with random finite bf16 values (the holes would read as zeros from the page cache).
-python3 - "$dir/model" <<'EOF'
+/usr/bin/python3 - "$dir/model" <<'EOF'  # Debian's numpy
 import json, struct, sys
 from pathlib import Path
 import numpy as np
@@ -45,7 +46,7 @@ ratios=()
 for r in $(seq "$reps"); do
   drop
   t0=$(date +%s.%N)
-  cat "$dir"/model/*.safetensors >/dev/null
+  for f in "$dir"/model/*.safetensors; do dd if="$f" of=/dev/null bs=16M status=none; done
   t1=$(date +%s.%N)
   raw=$(python3 -c "print($bytes / ($t1 - $t0) / 1e9)")
   drop

@@ -95,6 +95,10 @@ void layout(const std::string& arch, const std::string& synthetic, int tp) {
 }  // namespace
 
 int main() {
+  if (std::system("python3 -c 'import json' > /dev/null 2>&1") != 0) {
+    std::printf("SKIP: no python3 here to run tools/make_shape_checkpoint.py\n");
+    return 77;
+  }
   try {
     layout("kimi-k2.5", "kimi-k2.5", 8);
     layout("deepseek-v3", "deepseek-v3", 8);
