@@ -131,6 +131,7 @@ probe '#include <openssl/evp.h>\nint main() { return EVP_sha256() ? 0 : 1; }' -l
 [[ -n $json_config ]] && probe '#include <nlohmann/json.hpp>\nint main() { return nlohmann::json(1).get<int>() - 1; }' &&
   HAVE[nlohmann_json]=1
 probe '#include <gtest/gtest.h>\nTEST(a, b) {}' -lgtest -lgtest_main -pthread && HAVE[gtest]=1
+probe '#include <re2/re2.h>\nint main() { return RE2::FullMatch("ab", "a.") ? 0 : 1; }' -lre2 -pthread && HAVE[re2]=1
 declare -a DEPS_CMAKE=() DEPS_INC=()
 deps_used=()
 if [[ -d $DEPS_DIR ]]; then
@@ -138,7 +139,7 @@ if [[ -d $DEPS_DIR ]]; then
   mkdir -p "$DEPS_ROOT"
 fi
 R=$DEPS_ROOT/usr
-for dep in openblas openssl nlohmann_json gtest; do
+for dep in openblas openssl nlohmann_json gtest re2; do
   if [[ -n ${HAVE[$dep]:-} ]]; then
     echo "deps: $dep from this machine"
     continue
@@ -167,6 +168,10 @@ for dep in openblas openssl nlohmann_json gtest; do
       unpack libgtest-dev || continue
       DEPS_CMAKE+=(-DGTest_DIR="$R/lib/$MA/cmake/GTest")
       ;;
+    re2)
+      unpack libre2-dev || continue
+      DEPS_CMAKE+=(-DRE2_INCLUDE_DIR="$R/include" -DRE2_LIBRARY="$R/lib/$MA/libre2.a")
+      ;;
   esac
   deps_used+=("$dep")
   echo "deps: $dep from $DEPS_DIR (unpacked into $DEPS_ROOT)"
@@ -185,7 +190,7 @@ if stage configure 90 cmake -S . -B "$BUILD" "${GENERATOR[@]}" -DLAYERTAP_CORE_O
   if stage build "${BUILD_CAP_S:-240}" cmake --build "$BUILD" -j "$JOBS" --target gpu_tests layertap_bench; then built=1; fi
 else
   echo "configure failed: the core-only build needs cmake >= 3.25, nvcc, and the development files of"
-  echo "OpenBLAS (cblas.h), OpenSSL, nlohmann_json and GoogleTest (from this machine, or carried in"
+  echo "OpenBLAS (cblas.h), OpenSSL, nlohmann_json, GoogleTest and RE2 (from this machine, or carried in"
   echo ".gpu-deps by tools/gpu_deps.sh); see the 'deps:' lines and the messages above."
 fi
 

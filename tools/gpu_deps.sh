@@ -8,7 +8,7 @@
 #
 # OpenBLAS and OpenSSL are linked statically from the -dev packages' libopenblas.a and libcrypto.a
 # (no libgfortran, no libssl3, no LD_LIBRARY_PATH needed at run time); nlohmann_json is
-# header-only; GoogleTest's -dev package holds static libraries. The binaries then need glibc >= 2.34
+# header-only; GoogleTest's and RE2's -dev packages hold static libraries. The binaries then need glibc >= 2.34
 # (the newest GLIBC_ symbol version a program linked with these archives needs; checked below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,7 @@ PACKAGES=(
   libssl-dev              # openssl/*.h, libcrypto.a
   nlohmann-json3-dev      # nlohmann/json.hpp, nlohmann_jsonConfig.cmake
   libgtest-dev            # gtest/*.h, libgtest.a, libgtest_main.a, GTestConfig.cmake
+  libre2-dev              # re2/re2.h, libre2.a (linear-time regexes of quantization_config)
 )
 
 command -v apt-get >/dev/null || { echo "gpu_deps.sh: needs apt-get (a Debian 12 machine)" >&2; exit 1; }

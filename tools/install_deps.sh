@@ -11,6 +11,7 @@ packages=(
   libboost-program-options-dev        # command line and job files
   libopenblas-dev                     # CPU backend matrix products
   nlohmann-json3-dev libssl-dev       # JSON; SHA-256
+  libre2-dev                          # linear-time regexes for the patterns a model's config holds
   libgtest-dev                        # unit tests
   python3 python3-h5py python3-numpy  # end-to-end tests read the output as users do
   slurm-wlm munge                     # tests/slurm: a throw-away Slurm cluster on localhost for jobs/

@@ -1,5 +1,7 @@
 #include "model/quant_config.hpp"
 
+#include <re2/re2.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -11,14 +13,13 @@ namespace {
 
 using nlohmann::json;
 
-// std::regex compiles and matches recursively: a config's pattern is bounded so that a hostile one
-// cannot exhaust the stack (real targets/ignore patterns are a few dozen characters).
+// Real targets/ignore patterns are a few dozen characters; RE2 also bounds its own memory per pattern.
 constexpr std::size_t kMaxPatternChars = 512;
 constexpr int64_t kMaxBlock = 1 << 16;  // FP8 block sides and INT4 group sizes
 
 // Splits `entries` into plain names (kept in `names`) and compiled "re:" patterns.
 void compile(const json& entries, const char* key, const std::string& src, std::vector<std::string>& names,
-             std::vector<std::regex>& patterns) {
+             std::vector<std::shared_ptr<const re2::RE2>>& patterns) {
   if (entries.is_null()) return;
   LT_CHECK(entries.is_array(), src, ": quantization_config '", key, "' must be a list");
   for (const json& e : entries) {
@@ -28,19 +29,20 @@ void compile(const json& entries, const char* key, const std::string& src, std::
     if (s.rfind("re:", 0) != 0) continue;
     LT_CHECK(s.size() <= kMaxPatternChars, src, ": quantization_config '", key, "' pattern '", excerpt(s),
              "' is longer than ", kMaxPatternChars, " characters");
-    try {
-      patterns.emplace_back(s.substr(3), std::regex::ECMAScript | std::regex::optimize);
-    } catch (const std::regex_error& err) {
-      LT_FAIL(src, ": quantization_config '", key, "' pattern '", excerpt(s), "' is not a supported regular expression: ",
-              err.what());
-    }
+    RE2::Options options;
+    options.set_log_errors(false);
+    auto re = std::make_shared<const RE2>(s.substr(3), options);
+    LT_CHECK(re->ok(), src, ": quantization_config '", key, "' pattern '", excerpt(s),
+             "' is not a regular expression layertap can match in linear time (RE2 syntax: no backreferences or "
+             "lookaround): ", re->error());
+    patterns.push_back(std::move(re));
   }
 }
 
-bool matches(const std::string& module, const std::vector<std::string>& names, const std::vector<std::regex>& res,
-             bool linear_matches) {
-  for (const std::regex& re : res)  // Python re.match: anchored at the start only
-    if (std::regex_search(module, re, std::regex_constants::match_continuous)) return true;
+bool matches(const std::string& module, const std::vector<std::string>& names,
+             const std::vector<std::shared_ptr<const re2::RE2>>& res, bool linear_matches) {
+  for (const auto& re : res)  // Python re.match: anchored at the start only
+    if (re->Match(module, 0, module.size(), RE2::ANCHOR_START, nullptr, 0)) return true;
   for (const std::string& n : names)
     if (n == module || (linear_matches && n == "Linear")) return true;
   return false;

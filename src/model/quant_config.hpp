@@ -6,11 +6,15 @@
 //     `X.weight_shape` for every Linear that a config group targets and `ignore` does not name.
 #pragma once
 #include <cstdint>
-#include <regex>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+namespace re2 {
+class RE2;
+}
 
 namespace layertap {
 
@@ -21,12 +25,15 @@ struct QuantConfig {
   int64_t group_size = 0;                  // Int4Group: along the input dim
   std::vector<std::string> targets;        // Int4Group: "Linear" or "re:<regex>"
   std::vector<std::string> ignore;         // Int4Group: module names or "re:<regex>"
-  std::vector<std::regex> target_res, ignore_res;  // compiled "re:" entries of the two lists
+  // Compiled "re:" entries of the two lists: RE2, linear in the name's length whatever the pattern
+  // (a config is data from the internet; a backtracking engine hangs on `(.+)+X`).
+  std::vector<std::shared_ptr<const re2::RE2>> target_res, ignore_res;
 
   // Int4Group: whether module `name` (full tensor-name prefix, e.g.
   // "language_model.model.layers.3.mlp.experts.7.down_proj") is stored packed. compressed-tensors
   // matches "re:" patterns with Python's re.match (anchored at the start) and other entries by
-  // exact name; "Linear" targets every Linear module.
+  // exact name; "Linear" targets every Linear module. A pattern RE2 cannot express (backreferences,
+  // lookaround) is refused at parse time, naming it.
   bool int4_packed(const std::string& module) const;
   std::string describe() const;  // e.g. "fp8 blocks [128, 128]", "int4 groups of 32", "none"
 };

@@ -83,6 +83,21 @@ TEST(QuantConfig, RePatternsAnchorAtTheStartOnly) {
   EXPECT_TRUE(kimi.int4_packed("m.layers.0.mlp.experts.1.gate_proj"));
 }
 
+// Catastrophic patterns for a backtracking engine (exponential in the name's length): RE2 matches
+// them in time linear in the name, so these return at once instead of hanging the load (the test's
+// own timeout is the check that they return at all).
+TEST(QuantConfig, CatastrophicPatternsTerminate) {
+  const std::string name = "language_model.model.layers.60.mlp.experts.383.down_proj" + std::string(200, 'a');
+  const QuantConfig q =
+      parse_quant_config(int4({"Linear"}, {"re:(.+)+X", "re:(a|a)*b", "re:((a*)*)*c", "re:(.*a){20}Z"}), "config.json");
+  EXPECT_TRUE(q.int4_packed(name));  // none of the four matches it
+  EXPECT_FALSE(q.int4_packed(name.substr(0, name.size() - 200) + "X"));  // the first one matches this one
+  // Python's named groups and the real configs' patterns are RE2 syntax too.
+  const QuantConfig named = parse_quant_config(int4({"Linear"}, {"re:(?P<x>.*mlp)\\.(gate|up|down)_proj.*"}), "c");
+  EXPECT_FALSE(named.int4_packed("model.layers.0.mlp.gate_proj"));
+  EXPECT_TRUE(named.int4_packed("model.layers.1.mlp.experts.0.gate_proj"));
+}
+
 TEST(QuantConfig, PlainEntriesMatchWholeNames) {
   const QuantConfig q = parse_quant_config(int4({"Linear"}, {"model.layers.1.mlp"}), "c");
   EXPECT_FALSE(q.int4_packed("model.layers.1.mlp"));
@@ -166,8 +181,9 @@ TEST(QuantConfig, RefusalsNameTheProblem) {
   q["config_groups"]["group_1"] = q["config_groups"]["group_0"];
   q["config_groups"]["group_1"]["weights"]["group_size"] = 64;
   EXPECT_TRUE(has(error_of(q), "group_size 64 differs")) << error_of(q);
-  // A pattern std::regex cannot compile (Python's named group) is refused naming it.
-  EXPECT_TRUE(has(error_of(int4({"Linear"}, {"re:(?P<x>mlp)"})), "pattern 're:(?P<x>mlp)'"));
+  // Patterns without a linear-time match (backreferences, lookaround) are refused naming them.
+  for (const char* p : {"re:(mlp)\\1", "re:.*(?=mlp)", "re:(?<!x)mlp"})
+    EXPECT_TRUE(has(error_of(int4({"Linear"}, {p})), std::string("pattern '") + p + "'")) << error_of(int4({"Linear"}, {p}));
   EXPECT_TRUE(has(error_of(int4({"Linear"}, "re:.*mlp")), "'ignore' must be a list"));
 }
 
