@@ -42,6 +42,9 @@ std::vector<std::int64_t> parse_int_list(const std::string& key, const std::stri
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(parse_int(key, item, 1));
   LT_CHECK(!out.empty(), "bench: --", key, " expects a comma-separated list of token counts");
+  for (const std::int64_t t : out)  // as extract's --max-batch-tokens: every buffer it sizes fits 64 bits
+    LT_CHECK(t <= (std::int64_t(1) << 24), "bench: --", key, " takes at most ", std::int64_t(1) << 24,
+             " tokens per batch, not ", t);
   return out;
 }
 

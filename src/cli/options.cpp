@@ -109,7 +109,9 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
     LT_FAIL(e.what(), " (see 'layertap extract --help')");
   }
   LT_CHECK(o.tp >= 1, "--tp must be at least 1, got ", o.tp);
-  LT_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got ", o.max_batch_tokens);
+  // Bounded so that every buffer sized from it (tokens x hidden x points x bytes) fits 64 bits.
+  LT_CHECK(o.max_batch_tokens > 0 && o.max_batch_tokens <= kMaxBatchTokens, "--max-batch-tokens must be in [1, ",
+           kMaxBatchTokens, "], got ", o.max_batch_tokens);
   LT_CHECK(o.threads >= 0, "--threads must be 0 or positive, got ", o.threads);
   // Bounded so that the size in bytes (MiB << 20) cannot overflow: 1 TiB shards are already unwieldy.
   LT_CHECK(o.shard_size_mib > 0 && o.shard_size_mib <= (int64_t(1) << 20), "--shard-size-mib must be in [1, ",

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/log.hpp"
@@ -46,7 +47,7 @@ struct HostPlan {
   std::vector<std::pair<std::string, int64_t>> parts;
   int64_t total() const {
     int64_t n = 0;
-    for (const auto& [what, bytes] : parts) n += bytes;
+    for (const auto& [what, bytes] : parts) n = checked_add(n, bytes, "host memory plan");
     return n;
   }
   std::string describe() const {
@@ -61,8 +62,10 @@ struct HostPlan {
 HostPlan cpu_host_plan(const ModelConfig& cfg, const TpShard& shard, const RankLoad& load) {
   const int64_t widest = std::max({cfg.hidden_size, cfg.intermediate_size / shard.size, cfg.q_dim() / shard.size,
                                    cfg.moe ? cfg.moe->expert_intermediate_size * cfg.moe->experts_per_token : 0});
+  const int64_t row = checked_add(checked_mul(load.capture_points, cfg.hidden_size, "activations"),
+                                  checked_mul(8, widest, "activations"), "activations");
   return {{{"float32 weights", host_weight_bytes(cfg, shard)},
-           {"activations", load.max_batch_tokens * 4 * (load.capture_points * cfg.hidden_size + 8 * widest)},
+           {"activations", checked_product({load.max_batch_tokens, 4, row}, "a batch's activations")},
            {"dataset share", load.dataset_bytes}}};
 }
 

@@ -6,6 +6,9 @@
 
 namespace layertap {
 
+// The largest --max-batch-tokens (16M tokens: far beyond any device's memory at any width).
+inline constexpr int64_t kMaxBatchTokens = int64_t(1) << 24;
+
 struct ExtractOptions {
   std::string model;             // Hugging Face model directory
   std::string data;              // JSONL dataset

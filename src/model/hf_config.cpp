@@ -46,6 +46,9 @@ constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxVocab = int64_t(1) << 31;      // token ids are int32
 constexpr int64_t kMaxExperts = int64_t(1) << 16;
+// Routed experts summed over the MoE layers (Kimi-K2.5: 60 x 384 = 23,040): bounded before any
+// per-expert loop (layouts, tensor names) runs over a hostile config's 4096 x 65536.
+constexpr int64_t kMaxExpertModules = int64_t(1) << 20;
 constexpr int64_t kMaxPositions = int64_t(1) << 40;
 constexpr Interval kPositive{0.0, 1e30, true};
 
@@ -108,6 +111,15 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
   return rope;
 }
 
+// The routed experts of every MoE layer, in all, within kMaxExpertModules.
+void check_expert_modules(const JsonFields& j, const ModelConfig& c) {
+  if (!c.moe) return;
+  const int64_t moe_layers = std::count(c.moe_layers.begin(), c.moe_layers.end(), true);
+  LT_CHECK(moe_layers * c.moe->num_experts <= kMaxExpertModules, j.where(), ": ", moe_layers, " MoE layers x ",
+           c.moe->num_experts, " routed experts = ", moe_layers * c.moe->num_experts,
+           " expert modules, more than the ", kMaxExpertModules, " layertap takes (Kimi-K2.5 has 23,040)");
+}
+
 // MLA shapes (DeepseekV3Attention). Missing keys take transformers' DeepseekV3Config defaults.
 MlaConfig parse_mla(const JsonFields& j, const ModelConfig& c) {
   MlaConfig m;
@@ -165,6 +177,7 @@ void parse_deepseek_moe(const JsonFields& j, ModelConfig& c) {
   c.moe_layers.assign(std::size_t(c.num_layers), false);
   for (int64_t i = 0; i < c.num_layers; ++i) c.moe_layers[std::size_t(i)] = i >= first_dense && i % freq == 0;
   c.moe = m;
+  check_expert_modules(j, c);
 }
 
 // Qwen3-MoE (Qwen3MoeSparseMoeBlock): no shared experts; dense layers by decoder_sparse_step and
@@ -187,6 +200,7 @@ void parse_qwen3_moe(const JsonFields& j, ModelConfig& c) {
     c.moe_layers[std::size_t(i)] = std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end() &&
                                    m.num_experts > 0 && (i + 1) % step == 0;
   if (m.num_experts > 0) c.moe = m;
+  check_expert_modules(j, c);
 }
 
 const Family& find_family(const json& j, const std::string& src) {

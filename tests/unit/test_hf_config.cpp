@@ -340,6 +340,19 @@ TEST(HfConfigMoe, DeepseekMoeLayersByFirstDenseAndFrequency) {
   EXPECT_EQ(absent.moe_layers, (std::vector<bool>{false, false, false, true}));
 }
 
+// Thousands of MoE layers of tens of thousands of experts: refused from the config, before any
+// per-expert loop (layout checks, tensor names) runs over them.
+TEST(HfConfigMoe, ExpertModulesBoundedBeforeAnyLoop) {
+  const std::string ds = fixture_config("deepseek_v3");
+  const std::string huge = with(with(with(ds, R"("num_hidden_layers": 4)", R"("num_hidden_layers": 4096)"),
+                                     R"("n_routed_experts": 16)", R"("n_routed_experts": 65536)"),
+                                R"("n_group": 4)", R"("n_group": 2)");
+  EXPECT_TRUE(has(error_of(huge), "expert modules, more than the 1048576 layertap takes")) << error_of(huge);
+  const std::string qwen = fixture_config("qwen3_moe");
+  const std::string huge_qwen = with(qwen, R"("num_hidden_layers": 6)", R"("num_hidden_layers": 4096)");
+  EXPECT_TRUE(has(error_of(with(huge_qwen, R"("num_experts": 8)", R"("num_experts": 65536)")), "expert modules"));
+}
+
 TEST(HfConfigMoe, ErrorsNameTheProblem) {
   const std::string ds = fixture_config("deepseek_v3");
   const std::string fp8 = fixture_config("deepseek_v3_fp8");
