@@ -27,12 +27,10 @@ void check_tensor(const TensorInfo& t, const std::vector<DType>& dtypes, const s
 
 std::vector<float> LinearReader::read(const std::string& module, int64_t out, int64_t in,
                                       const quant::Window& win) const {
+  check_stored_form(ck_, quant_, module);
   if (quant_.int4_packed(module)) return read_int4(module, out, in, win);
   const std::string name = module + ".weight";
   if (ck_.has(name) && ck_.info(name).dtype == DType::F8_E4M3) return read_fp8(module, out, in, win);
-  if (!ck_.has(name) && ck_.has(module + ".weight_packed"))
-    LT_FAIL("module '", module, "' is stored int4-packed (weight_packed) but the config's quantization_config (",
-            quant_.describe(), ") does not quantize it");
   return ck_.read_window(name, {out, in}, win.row0, win.rows, win.col0, win.cols);
 }
 
@@ -56,10 +54,6 @@ std::vector<float> LinearReader::read_fp8(const std::string& module, int64_t out
 std::vector<float> LinearReader::read_int4(const std::string& module, int64_t out, int64_t in,
                                            const quant::Window& win) const {
   const int64_t g = quant_.group_size;
-  LT_CHECK(ck_.has(module + ".weight_packed"), "module '", module,
-           "' is int4-quantized by the config's quantization_config (not in its ignore list) but '", module,
-           ".weight_packed' is missing from the checkpoint",
-           ck_.has(module + ".weight") ? cat(" (it has a ", dtype_name(ck_.info(module + ".weight").dtype), " .weight)") : "");
   const TensorInfo& packed = ck_.info(module + ".weight_packed");
   check_tensor(packed, {DType::I32}, {out, ceil_div(in, 8)}, cat("int4 packing of [", out, ", ", in, "]").c_str());
   const TensorInfo& scale = ck_.info(module + ".weight_scale");

@@ -34,8 +34,35 @@ std::vector<std::byte> copy_window(const StoredWindow& w) {
 
 }  // namespace
 
+void check_stored_form(const Checkpoint& ckpt, const QuantConfig& quant, const std::string& module) {
+  const bool int4 = quant.int4_packed(module);
+  const bool fp8 = !int4 && ckpt.has(module + ".weight") && ckpt.info(module + ".weight").dtype == DType::F8_E4M3;
+  // The config and the checkpoint disagree on the whole module: say which way.
+  LT_CHECK(!int4 || ckpt.has(module + ".weight_packed"), "module '", module,
+           "' is int4-quantized by the config's quantization_config (not in its ignore list) but '", module,
+           ".weight_packed' is missing from the checkpoint",
+           ckpt.has(module + ".weight") ? cat(" (it has a ", dtype_name(ckpt.info(module + ".weight").dtype), " .weight)")
+                                        : std::string());
+  LT_CHECK(int4 || ckpt.has(module + ".weight") || !ckpt.has(module + ".weight_packed"), "module '", module,
+           "' is stored int4-packed (weight_packed) but the config's quantization_config (", quant.describe(),
+           ") does not quantize it");
+  const char* form = int4 ? "is int4-packed (weight_packed + weight_scale)"
+                     : fp8 ? "is float8_e4m3fn (weight + weight_scale_inv)"
+                           : "is a plain float weight";
+  // The companions each form has, and those it must not have.
+  const std::pair<const char*, bool> companions[] = {
+      {".weight", !int4}, {".weight_scale_inv", fp8}, {".weight_packed", int4}, {".weight_scale", int4}};
+  for (const auto& [suffix, wanted] : companions) {
+    if (wanted || !ckpt.has(module + suffix)) continue;
+    const TensorInfo& t = ckpt.info(module + suffix);
+    LT_FAIL("tensor '", t.name, "' in '", t.file, "' does not belong to module '", module, "', which ", form,
+            " by its config (", quant.describe(), ") and checkpoint: a damaged or mixed checkpoint");
+  }
+}
+
 std::optional<PackedLinear::Format> packed_format(const Checkpoint& ckpt, const QuantConfig& quant,
                                                   const std::string& module) {
+  check_stored_form(ckpt, quant, module);
   if (quant.int4_packed(module)) return PackedLinear::Format::Int4Group;
   const std::string name = module + ".weight";
   if (quant.method == QuantConfig::Method::Fp8Block && ckpt.has(name) && ckpt.info(name).dtype == DType::F8_E4M3)

@@ -53,7 +53,13 @@ struct PackedLayout {
   StoredWindow data, scales;
 };
 
-// How `module` (full tensor-name prefix) is stored: nullopt for plain float weights.
+// Throws naming the tensor when module's tensors mix stored forms: a plain weight with an FP8
+// weight_scale_inv or INT4 weight_scale/weight_packed beside it, an FP8 weight with INT4 companions,
+// an INT4 module that also holds a .weight or weight_scale_inv.
+void check_stored_form(const Checkpoint& ckpt, const QuantConfig& quant, const std::string& module);
+
+// How `module` (full tensor-name prefix) is stored: nullopt for plain float weights. Checks the
+// stored form first (check_stored_form).
 std::optional<PackedLinear::Format> packed_format(const Checkpoint& ckpt, const QuantConfig& quant,
                                                   const std::string& module);
 

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "model/linear_reader.hpp"
+#include "model/packed_weights.hpp"
 #include "model/quant_config.hpp"
 #include "model/safetensors.hpp"
 #include "safetensors_io.hpp"
@@ -191,6 +192,31 @@ TEST_F(LinearReaderTest, Int4ErrorsNameTheModule) {
   const QuantConfig none;
   e = error_of([&] { LinearReader(*ck, none).read("g", 2, 16, {0, 2, 0, 16}); });
   EXPECT_TRUE(has(e, "module 'g' is stored int4-packed") && has(e, "(none)")) << e;
+}
+
+// A Linear's tensors must all be of one stored form; a stray companion (an FP8 scale beside a bf16
+// weight, INT4 scales beside an FP8 one, an FP8 scale inside an INT4 module) is named, never ignored.
+TEST_F(LinearReaderTest, MixedStoredFormsNameTheStrayTensor) {
+  RawTensors t;
+  t["x.weight"] = raw<uint16_t>("BF16", {3, 3}, std::vector<uint16_t>(9, 0x3F80));
+  t["x.weight_scale_inv"] = raw<float>("F32", {2, 2}, {1, 1, 1, 1});  // FP8 scale beside a bf16 weight
+  add_fp8(t, "f");
+  t["f.weight_scale"] = raw<uint16_t>("BF16", {3, 1}, {0x3F80, 0x3F80, 0x3F80});  // an INT4 scale beside FP8
+  add_int4(t, "plain_i");
+  t["plain_i.weight"] = raw<float>("F32", {2, 16}, std::vector<float>(32, 1.0f));  // packed AND plain
+  const auto ck = write(t);
+  const QuantConfig fp8 = fp8_config();
+  std::string e = error_of([&] { LinearReader(*ck, fp8).read("x", 3, 3, {0, 3, 0, 3}); });
+  EXPECT_TRUE(has(e, "tensor 'x.weight_scale_inv'") && has(e, "does not belong to module 'x'") &&
+              has(e, "plain float weight") && has(e, "model.safetensors")) << e;
+  e = error_of([&] { LinearReader(*ck, fp8).read("f", 3, 3, {0, 3, 0, 3}); });
+  EXPECT_TRUE(has(e, "tensor 'f.weight_scale'") && has(e, "float8_e4m3fn")) << e;
+  const QuantConfig int4 = int4_config();  // "plain*" modules are ignored: plain_i should be a plain weight
+  e = error_of([&] { LinearReader(*ck, int4).read("plain_i", 2, 16, {0, 2, 0, 16}); });
+  EXPECT_TRUE(has(e, "does not belong to module 'plain_i'") && has(e, "plain_i.weight_")) << e;
+  // The packed path (the CUDA backend's load plan) applies the same rule.
+  e = error_of([&] { (void)packed_format(*ck, fp8, "x"); });
+  EXPECT_TRUE(has(e, "tensor 'x.weight_scale_inv'")) << e;
 }
 
 }  // namespace layertap

@@ -61,8 +61,8 @@ class Recorder {
   }
   // `bytes` at `at` bytes into the last take.
   void add(Placement::Fill fill, const std::string& tensor, bool vec, std::int64_t out_full, std::int64_t in_full,
-           const quant::Window& win, std::size_t bytes, std::size_t at = 0) {
-    if (bytes > 0) out_.push_back({fill, tensor, vec, out_full, in_full, win, res_.last_offset() + at, bytes});
+           const quant::Window& win, std::size_t bytes, std::size_t at = 0, bool linear = false) {
+    if (bytes > 0) out_.push_back({fill, tensor, vec, linear, out_full, in_full, win, res_.last_offset() + at, bytes});
   }
   Arena& arena() { return res_; }
 
@@ -91,7 +91,7 @@ class Placer {
       std::size_t at = 0;
       for (const Part& p : parts) {
         const std::size_t bytes = std::size_t(p.win.rows * l.in) * 2;
-        rec_.add(Placement::Fill::Bf16, p.module + ".weight", false, p.out_full, p.in_full, p.win, bytes, at);
+        rec_.add(Placement::Fill::Bf16, p.module + ".weight", false, p.out_full, p.in_full, p.win, bytes, at, true);
         at += bytes;
       }
     } else {
@@ -122,10 +122,11 @@ class Placer {
           pc.scale_bytes = pc.rows * ceil_div(pc.cols, s_.group) * scale_size;
         }
         pc.data = res_.take<std::byte>(pc.data_bytes);
-        rec_.add(Placement::Fill::PackedData, p.module, false, p.out_full, p.in_full, p.win, std::size_t(pc.data_bytes));
+        rec_.add(Placement::Fill::PackedData, p.module, false, p.out_full, p.in_full, p.win, std::size_t(pc.data_bytes),
+                 0, true);
         pc.scales = res_.take<std::byte>(pc.scale_bytes);
         rec_.add(Placement::Fill::PackedScales, p.module, false, p.out_full, p.in_full, p.win,
-                 std::size_t(pc.scale_bytes));
+                 std::size_t(pc.scale_bytes), 0, true);
         pc.dst = l.w != nullptr ? l.w + row * l.in : nullptr;
         row += pc.rows;
         pieces_.push_back(std::move(pc));

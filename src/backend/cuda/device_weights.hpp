@@ -57,6 +57,7 @@ struct Placement {
   Fill fill = Fill::Bf16;
   std::string tensor;  // tensor name; the module name for Packed*
   bool vector = false;  // a 1-D tensor [in_full]
+  bool linear = false;  // a Linear module's weight (Bf16) or packed parts
   std::int64_t out_full = 1, in_full = 0;
   quant::Window win;
   std::size_t offset = 0, bytes = 0;  // in the resident block

@@ -39,6 +39,9 @@ LoadPlan plan_load(const LocalShape& shape, const Checkpoint& ckpt, const QuantC
       case Placement::Fill::RouterLow:
       case Placement::Fill::Float32: {
         const TensorInfo& t = float_tensor(ckpt, p);
+        // A plain weight's module holds no FP8 or INT4 companions (whatever the config says).
+        if (p.fill == Placement::Fill::Bf16 && p.linear)
+          check_stored_form(ckpt, quant, p.tensor.substr(0, p.tensor.size() - 7));
         c.src = float_window(t, p.win.row0, p.win.rows, p.win.col0, p.win.cols);
         if (p.fill == Placement::Fill::Bf16) {
           c.convert = t.dtype == DType::BF16 ? WeightCopy::Convert::AsStored : WeightCopy::Convert::ToBf16;
