@@ -13,6 +13,7 @@
 #endif
 #include "comm/mpi_env.hpp"
 #include "core/log.hpp"
+#include "core/stop_request.hpp"
 #include "job/extract_job.hpp"
 
 namespace {
@@ -94,6 +95,11 @@ int main(int argc, char** argv) {
   if (mpi.size() > 1) layertap::set_log_rank(mpi.rank());
   try {
     return run(argc, argv, mpi);
+  } catch (const layertap::Stopped& e) {
+    // A stop signal before the batch loop: nothing was written; every rank ends with the stop code.
+    layertap::log_warn(e.what());
+    if (mpi.size() > 1) mpi.abort(layertap::kExitInterrupted);
+    return layertap::kExitInterrupted;
   } catch (const std::exception& e) {
     layertap::log_error(e.what());
     // Every rank must stop: abort the job rather than leave peers waiting in a collective.

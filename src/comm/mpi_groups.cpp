@@ -1,14 +1,38 @@
 #include "comm/mpi_groups.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <thread>
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
+#include "core/stop_request.hpp"
 
 namespace layertap {
 
 #define LT_MPI_CHECK(call) LT_CHECK((call) == MPI_SUCCESS, "MPI call failed: ", #call)
+
+namespace {
+
+// Completes a world collective: blocking in the batch loop (whose own stop check applies), polling
+// during a start-up phase (StopPhase), so that a stop signal ends a rank that waits for a slower
+// one within a millisecond instead of leaving it blocked in MPI.
+void finish(MPI_Request& r) {
+  const char* phase = StopPhase::current();
+  if (phase == nullptr) {
+    LT_MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    return;
+  }
+  for (int done = 0;;) {
+    LT_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    stop_point(phase);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
 
 void MpiTpComm::all_reduce_sum(float* data, std::size_t n) {
   if (size_ == 1) return;
@@ -31,7 +55,9 @@ MPI_Comm split_tp(const WorldLayout& w) {
 MpiGroups::MpiGroups(const WorldLayout& w) : tp_(split_tp(w)), tp_comm_(tp_, w.tp_rank, w.tp) {}
 
 int64_t MpiGroups::broadcast_in_tp_group(int64_t value) {
-  LT_MPI_CHECK(MPI_Bcast(&value, 1, MPI_INT64_T, 0, tp_));
+  MPI_Request r;
+  LT_MPI_CHECK(MPI_Ibcast(&value, 1, MPI_INT64_T, 0, tp_, &r));
+  finish(r);
   return value;
 }
 
@@ -43,8 +69,11 @@ void check_same_on_all_ranks(const std::string& what, const std::string& value) 
   const std::string digest = sha256_hex(value);
   const unsigned long long h = std::stoull(digest.substr(0, 15), nullptr, 16);
   unsigned long long lo = 0, hi = 0;
-  LT_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
-  LT_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
+  MPI_Request r;
+  LT_MPI_CHECK(MPI_Iallreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &r));
+  finish(r);
+  LT_MPI_CHECK(MPI_Iallreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &r));
+  finish(r);
   LT_CHECK(lo == hi, "ranks disagree on the ", what, " (this rank: ", digest.substr(0, 16),
            "); start every rank with the same options, model and dataset");
 }
@@ -56,7 +85,9 @@ std::vector<std::string> gather_strings(const std::string& mine) {
   LT_CHECK(mine.size() < std::size_t(INT_MAX), "gather: string too long");
   const int len = int(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(size));
-  LT_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  MPI_Request r;
+  LT_MPI_CHECK(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &r));
+  finish(r);
   std::vector<int> displs(std::size_t(size), 0);
   std::string all;
   if (rank == 0) {
@@ -68,38 +99,51 @@ std::vector<std::string> gather_strings(const std::string& mine) {
     LT_CHECK(total < INT_MAX, "gather: ", total, " bytes is too much for one gather");
     all.resize(std::size_t(total));
   }
-  LT_MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
-                           MPI_COMM_WORLD));
+  LT_MPI_CHECK(MPI_Igatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                            MPI_COMM_WORLD, &r));
+  finish(r);
   std::vector<std::string> out;
   if (rank == 0)
     for (int r = 0; r < size; ++r) out.push_back(all.substr(std::size_t(displs[std::size_t(r)]), std::size_t(lens[std::size_t(r)])));
   return out;
 }
 
-void world_barrier() { LT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+void world_barrier() {
+  MPI_Request r;
+  LT_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &r));
+  finish(r);
+}
 
 double max_over_ranks(double value) {
   double out = value;
-  LT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  MPI_Request r;
+  LT_MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &r));
+  finish(r);
   return out;
 }
 
 int64_t max_over_ranks(int64_t value) {
   int64_t out = value;
-  LT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  MPI_Request r;
+  LT_MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, &r));
+  finish(r);
   return out;
 }
 
 int64_t sum_over_ranks(int64_t value) {
   int64_t out = value;
-  LT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  MPI_Request r;
+  LT_MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &r));
+  finish(r);
   return out;
 }
 
 bool any_rank(bool value) { return max_over_ranks(int64_t(value)) != 0; }
 
 int64_t broadcast_from_world_root(int64_t value) {
-  LT_MPI_CHECK(MPI_Bcast(&value, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  MPI_Request r;
+  LT_MPI_CHECK(MPI_Ibcast(&value, 1, MPI_INT64_T, 0, MPI_COMM_WORLD, &r));
+  finish(r);
   return value;
 }
 
@@ -108,6 +152,8 @@ void run_on_world_root(bool is_root, const std::function<void()>& f) {
   if (is_root) {
     try {
       f();
+    } catch (const Stopped&) {
+      throw;  // not an error to share: this rank ends the job with the stop code (main)
     } catch (const Error& e) {
       error = e.what();
     }
@@ -121,7 +167,9 @@ void broadcast_from_world_root(std::string& bytes) {
   // MPI counts are int: in pieces of at most 2^30 bytes.
   for (std::size_t done = 0; done < bytes.size();) {
     const std::size_t piece = std::min<std::size_t>(bytes.size() - done, std::size_t(1) << 30);
-    LT_MPI_CHECK(MPI_Bcast(bytes.data() + done, int(piece), MPI_BYTE, 0, MPI_COMM_WORLD));
+    MPI_Request r;
+    LT_MPI_CHECK(MPI_Ibcast(bytes.data() + done, int(piece), MPI_BYTE, 0, MPI_COMM_WORLD, &r));
+    finish(r);
     done += piece;
   }
 }

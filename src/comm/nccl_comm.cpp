@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/stop_request.hpp"
 #include "core/log.hpp"
 #include "kernels/nccl_check.hpp"
 
@@ -25,7 +26,13 @@ NcclComm::NcclComm(MPI_Comm tp, double timeout_s) : timeout_s_(timeout_s) {
   LT_MPI_OK(MPI_Comm_size(tp, &size_));
   ncclUniqueId id{};
   if (rank_ == 0) LT_NCCL_CHECK(ncclGetUniqueId(&id));
-  LT_MPI_OK(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, tp));
+  MPI_Request request;
+  LT_MPI_OK(MPI_Ibcast(&id, int(sizeof id), MPI_BYTE, 0, tp, &request));
+  for (int done = 0; !done;) {  // polled: a stop signal ends a rank waiting for a slower peer
+    LT_MPI_OK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (!done && StopPhase::current() != nullptr) stop_point(StopPhase::current());
+    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // calls return ncclInProgress instead of blocking: every wait is ours to bound
   ncclComm_t comm = nullptr;
@@ -66,6 +73,10 @@ void NcclComm::wait_ready(const char* what) {
       LT_NCCL_CHECK(r);
     }
     if (state == ncclSuccess) return;
+    if (stop_requested() && StopPhase::current() != nullptr) {  // start-up: stop now (the batch loop stops itself)
+      abort();
+      stop_point(StopPhase::current());
+    }
     if (state != ncclInProgress) {
       const char* last = ncclGetLastError(comm_);
       abort();

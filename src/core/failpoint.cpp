@@ -1,9 +1,14 @@
 #include "core/failpoint.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
+
+#include "core/stop_request.hpp"
 
 namespace layertap {
 namespace {
@@ -11,6 +16,7 @@ namespace {
 struct Spec {
   std::string name;
   long count = 0;
+  bool pause = false;  // ":pause": wait for a stop signal instead of dying
 };
 
 const Spec& spec() {
@@ -24,6 +30,10 @@ const Spec& spec() {
       if (!rank) rank = std::getenv("PMIX_RANK");
       if (!rank || text.substr(at + 1) != rank) return out;  // armed on another rank
       text.resize(at);
+    }
+    if (text.size() > 6 && text.ends_with(":pause")) {
+      out.pause = true;
+      text.resize(text.size() - 6);
     }
     const auto colon = text.find(':');
     out.name = text.substr(0, colon);
@@ -40,7 +50,14 @@ std::atomic<long> g_hits{0};
 void failpoint(const char* name) {
   const Spec& s = spec();
   if (s.name.empty() || s.name != name) return;
-  if (++g_hits == s.count) std::raise(SIGKILL);
+  if (++g_hits != s.count) return;
+  if (!s.pause) std::raise(SIGKILL);
+  // The stop tests: the phase is held here until a stop signal arrives (at most two minutes).
+  std::fprintf(stderr, "[layertap] failpoint %s: paused\n", name);
+  std::fflush(stderr);
+  for (int i = 0; i < 12000 && !stop_requested(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!stop_requested()) std::raise(SIGKILL);
+  stop_point(StopPhase::current() != nullptr ? StopPhase::current() : name);
 }
 
 }  // namespace layertap

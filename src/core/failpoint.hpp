@@ -1,7 +1,9 @@
 // Fault injection for the crash tests: LAYERTAP_FAILPOINT=<name>:<n>[@<rank>] makes the n-th pass
 // through failpoint("<name>") kill the process with SIGKILL, as a node failure would; with @rank
-// only on that MPI rank (OMPI_COMM_WORLD_RANK or PMIX_RANK). Unset in normal runs, where a
-// failpoint costs one string comparison against an empty name.
+// only on that MPI rank (OMPI_COMM_WORLD_RANK or PMIX_RANK). <name>:<n>:pause[@rank] instead holds
+// the process there, printing "failpoint <name>: paused", until a stop signal arrives, then throws
+// Stopped for the current phase (the tests of stopping during start-up). Unset in normal runs, where
+// a failpoint costs one string comparison against an empty name.
 #pragma once
 
 namespace layertap {

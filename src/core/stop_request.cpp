@@ -5,6 +5,7 @@
 namespace layertap {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
+const char* g_phase = nullptr;
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 }  // namespace
 
@@ -26,5 +27,23 @@ const char* stop_signal_name() {
     default: return "";
   }
 }
+
+Stopped::Stopped(const std::string& phase)
+    : Error(cat("stopped by ", stop_signal_name(), " while ", phase, ", before any shard or manifest was written "
+                "(exit code ", kExitInterrupted, "; run it again with --resume)")) {}
+
+void stop_point(const char* phase) {
+  if (g_signal != 0) throw Stopped(phase);
+}
+
+StopPhase::StopPhase(const char* phase) : previous_(g_phase) { g_phase = phase; }
+void StopPhase::enter(const char* phase) {
+  if (!ended_) g_phase = phase;
+}
+void StopPhase::end() {
+  if (!ended_) g_phase = previous_;
+  ended_ = true;
+}
+const char* StopPhase::current() { return g_phase; }
 
 }  // namespace layertap

@@ -13,6 +13,8 @@
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
+#include "core/failpoint.hpp"
+#include "core/stop_request.hpp"
 #include "core/regular_file.hpp"
 #include "core/text.hpp"
 #include "model/json_fields.hpp"
@@ -270,6 +272,8 @@ DatasetIndex index_jsonl_dataset(const std::string& path, int64_t vocab_size, in
     int64_t carry_offset = 0;
     std::vector<char> buf(kBlockBytes);
     for (bool eof = false; !eof;) {
+      failpoint("index");
+      stop_point("indexing the dataset");
       ssize_t n = 0;
       do n = ::read(file.fd(), buf.data(), buf.size());
       while (n < 0 && errno == EINTR);
@@ -307,6 +311,7 @@ std::vector<Sample> read_samples(const std::string& path, const DatasetIndex& in
   out.reserve(last - first);
   std::string line;
   for (std::size_t i = first; i < last; ++i) {
+    if ((i - first) % 4096 == 0) stop_point("reading this rank's samples");
     const SampleSpan& span = index.samples[i];
     line.resize(std::size_t(span.bytes));
     std::size_t got = 0;

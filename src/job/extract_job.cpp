@@ -159,6 +159,8 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
 int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const auto t_start = Clock::now();
   install_stop_handlers();
+  // Until the batch loop, a stop signal ends the run at once (stop_point, polled collectives).
+  StopPhase phase("checking the options");
   const WorldLayout world = make_world_layout(mpi.rank(), mpi.size(), o.tp);
   const bool lead = world.world_rank == 0;  // logs progress, prepares --out, writes the manifest
   cpu::set_num_threads(o.threads);
@@ -175,6 +177,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
   // One validating pass over the dataset (rank 0), the same errors everywhere; each rank then
   // parses only its group's samples.
+  phase.enter("indexing the dataset");
   const io::DatasetIndex index = share_dataset_index(
       o.data, cfg, o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())), lead);
   check_sample_lengths(index, o.data, o.max_batch_tokens);
@@ -196,6 +199,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
                                                    int64_t(plan.points.size()), cfg.hidden_size,
                                                    io::parse_storage_dtype(o.store_dtype), world.dp,
                                                    o.shard_size_mib << 20);
+  phase.enter("planning (--dry-run)");
   if (o.dry_run) return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, load, projected, t_start);
   run_on_world_root(lead, [&] {
     const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
@@ -204,12 +208,15 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
              o.store_dtype, ", plus token data) but only ", human_bytes(available), " are free at '", o.out,
              "'; free space, choose another --out, capture fewer points, or pass --ignore-free-space");
   });
+  phase.enter("reading this rank's samples");
   const std::vector<io::Sample> mine = io::read_samples(o.data, index, first_sample, last_sample, cfg.vocab_size);
 
+  phase.enter("opening the checkpoint");
   const Checkpoint ckpt(checkpoint_files(o.model));
   check_same_on_all_ranks("model weights", ckpt.fingerprint());
   const io::OutputMeta meta = make_output_meta(o, cfg, plan, sha256_file(config_path), ckpt.fingerprint());
   const json identity = run_identity(meta, dataset_sha256, world, shard.moe_split);
+  phase.enter("preparing the output directory");
   const auto state = OutputState(broadcast_from_world_root(
       lead ? int64_t(prepare_output_dir(out, identity, o.overwrite, o.resume)) : 0));
   if (state == OutputState::AlreadyComplete) {
@@ -246,7 +253,11 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       points += cat(p ? ", " : "", plan.points[p].spec, " (", plan.meaning(p), ")");
     log_info("capture '", o.capture, "' -> ", points);
   }
+  phase.enter("loading the weights");
   const std::unique_ptr<Backend> backend = make_backend(backend_name, cfg, ckpt, shard, groups, load);
+  phase.enter("waiting for the other ranks to load their weights");
+  world_barrier();
+  phase.end();  // the batch loop stops gracefully after the batch in flight
   const auto t_loaded = Clock::now();
   if (lead) log_info("weights loaded in ", seconds_since(t_start), " s");
 

@@ -14,6 +14,8 @@
 #include "core/digest.hpp"
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
+#include "core/failpoint.hpp"
+#include "core/stop_request.hpp"
 #include "core/text.hpp"
 #include "model/json_fields.hpp"
 
@@ -174,6 +176,8 @@ Checkpoint::Checkpoint(std::vector<std::string> files) : files_(std::move(files)
   LT_CHECK(!files_.empty(), "a checkpoint needs at least one safetensors file");
   Sha256 fp;
   for (const std::string& f : files_) {
+    failpoint("checkpoint-open");
+    stop_point("opening the checkpoint");
     mapped_.push_back(std::make_unique<SafetensorsFile>(f));
     mapped_.back()->list(tensors_);
     fp.update(fs::path(f).filename().string());

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/failpoint.hpp"
+#include "core/stop_request.hpp"
 #include "model/linear_reader.hpp"
 
 namespace layertap {
@@ -236,6 +238,8 @@ ModelWeights load_weights(const Checkpoint& ck, const ModelConfig& c, const TpSh
   m.final_norm = ck.read(c.tensor_prefix + "norm.weight", {H});
   m.layers.resize(std::size_t(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
+    failpoint("load-layer");
+    stop_point("loading the weights");
     const std::string p = layer_prefix(c, i);
     LayerWeights& l = m.layers[std::size_t(i)];
     l.input_norm = ck.read(p + "input_layernorm.weight", {H});

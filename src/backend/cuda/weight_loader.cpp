@@ -195,7 +195,7 @@ LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOp
       std::vector<std::byte> raw;  // conversion input, allocated on first use
       int k = 0;
       for (std::size_t n = 0; !failed.load(); ++n) {
-        LT_CHECK(!stop_requested(), "stopped by a signal while loading the weights");
+        stop_point("loading the weights");
         const std::size_t i = next.fetch_add(1);
         if (i >= chunks.size()) break;
         const Chunk& ch = chunks[i];

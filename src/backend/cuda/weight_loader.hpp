@@ -53,8 +53,8 @@ class HostTarget final : public LoadTarget {
 };
 
 // Runs every copy of `plan` into `target`. Throws naming the tensor and file on a short read, or on a
-// non-finite weight or a scale that is not finite and positive; also stops (throws) when a stop
-// signal arrives (core/stop_request.hpp).
+// non-finite weight or a scale that is not finite and positive; throws Stopped when a stop signal
+// arrives (core/stop_request.hpp).
 LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOptions& options);
 
 }  // namespace layertap::cuda
