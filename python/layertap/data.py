@@ -8,6 +8,12 @@ Each worker opens the shards it needs lazily (an HDF5 handle is never shared acr
 reads a sample with one contiguous read per dataset: all capture points of the sample's rows of
 ``/hidden_states`` at once, then its ``/input_ids`` and ``/loss_mask`` rows. bf16 storage comes
 back as ``torch.bfloat16`` without any conversion.
+
+A malformed or tampered output (a manifest key missing or of the wrong type, a shard path outside
+the directory, a shard whose datasets disagree with the manifest, a compressed output whose HDF5
+filter this Python lacks) raises ``OutputError`` (a ValueError), one line naming the manifest or
+shard and the key or dataset: at construction for the manifest and the shard files, when a shard
+is first opened for its datasets.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .output import IncompleteOutputError, Output, Point, ShardReader, hidden_to_torch
+from .output import IncompleteOutputError, Output, OutputError, Point, ShardReader, check_aux_points, hidden_to_torch
 
 __all__ = ["HiddenStatesDataset", "Eagle3Dataset", "PadCollate", "pad_collate",
-           "IncompleteOutputError"]
+           "IncompleteOutputError", "OutputError"]
 
 
 class HiddenStatesDataset(Dataset):
@@ -131,9 +137,7 @@ class Eagle3Dataset(HiddenStatesDataset):
                          dtype=dtype, max_open_shards=max_open_shards)
         self.aux_points = self.selected[:-1]
         self.target_point = self.selected[-1]
-        for p in self.aux_points:
-            if p.id > output.num_layers:
-                raise ValueError(f"aux point {p.spec} is after the last layer")
+        check_aux_points([p.id for p in self.aux_points], output.num_layers, f"{out}: aux points")
 
     def __getitem__(self, n: int) -> dict:
         hs, ids, mask, index = self._read(n)

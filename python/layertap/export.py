@@ -34,10 +34,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .output import IncompleteOutputError, Output, Point, hidden_to_torch
+from .manifest import one_line
+from .output import IncompleteOutputError, Output, OutputError, Point, check_aux_points, hidden_to_torch
 from .vocab import TokenStats, modelopt_d2t, specforge_mappings, speculators_mappings
 
-__all__ = ["TRAINERS", "Mapping", "resolve_mapping", "export", "main", "ExportRefused"]
+__all__ = ["TRAINERS", "Mapping", "resolve_mapping", "export", "main", "ExportRefused",
+           "OutputError"]
 
 MARKER = "layertap_export.json"
 SPECFORGE_GROUP = 5000   # scripts/prepare_hidden_states.py: rows_{start}-{end}/data_{idx}.ckpt
@@ -112,14 +114,12 @@ def resolve_mapping(out: Output, trainer: str, aux: list[str] | None = None,
     default = tr.default_aux(L)
     notes = []
     aux_ids = [out.point_id(a) for a in aux] if aux else default
-    for k in aux_ids:
-        if not 0 <= k < L:
-            raise ExportRefused(f"aux point {k}: EAGLE-3 aux points are decoder-layer inputs "
-                                f"0..{L - 1} (L = {L}); 'last'/'final' are targets")
-    if len(set(aux_ids)) != len(aux_ids):
-        raise ExportRefused(f"aux points {aux_ids} repeat a layer"
-                            + ("" if aux else f" (the {tr.name} default for L = {L}); pass "
-                               "--aux with three distinct points and --allow-custom-layers"))
+    try:
+        check_aux_points(aux_ids, L)
+    except ValueError as e:
+        raise ExportRefused(str(e) + ("" if aux or len(set(aux_ids)) == len(aux_ids) else
+                                      f" (the {tr.name} default for L = {L}); pass --aux with three distinct "
+                                      "points and --allow-custom-layers")) from None
     if sorted(aux_ids) != aux_ids:
         raise ExportRefused(f"aux points {aux_ids}: the trainers concatenate aux layers in "
                             "ascending order; list them ascending")
@@ -162,9 +162,8 @@ def resolve_mapping(out: Output, trainer: str, aux: list[str] | None = None,
 def _dataset_ids(out: Output) -> list | None:
     """The input dataset's ids by sample index, when the dataset file is still where the run
     read it and has the manifest's sample count; else None."""
-    ds = out.manifest.get("dataset", {})
-    path = ds.get("path")
-    if not path:
+    path, samples = out.dataset_path, out.dataset_samples     # type-checked by Output
+    if not path or samples is None:
         return None
     p = Path(path)
     if not p.is_absolute() and not p.is_file():
@@ -177,13 +176,15 @@ def _dataset_ids(out: Output) -> list | None:
             for line in f:
                 if not line.strip():
                     continue
+                if len(ids) >= samples:
+                    return None
                 rec = json.loads(line)
                 rid = rec.get("id") if isinstance(rec, dict) else None
                 ids.append(rid if isinstance(rid, (str, int)) and not isinstance(rid, bool)
                            else len(ids))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):    # UnicodeDecodeError, JSONDecodeError, ...
         return None
-    if len(ids) != int(ds.get("samples", -1)):
+    if len(ids) != samples:
         return None
     return ids
 
@@ -206,16 +207,22 @@ def _prepare_dest(dest: Path, overwrite: bool) -> None:
 
 def _iter_samples(out: Output, point_index: list[int] | None, progress: str | None):
     """(ordinal, sample_index, hs [T,P',H] torch, ids np.int32, mask np.uint8) in manifest
-    order; one shard open at a time."""
+    order; one shard open at a time. Sample indices must increase across shards, as
+    `layertap verify` requires (each names one output file)."""
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(out), desc=progress, unit="sample", file=sys.stderr, mininterval=2.0,
                    disable=None)
-    n = 0
+    n, last = 0, -1
     try:
         for k in range(len(out.shards)):
             with out.reader(k) as r:
+                if r.num_samples and int(r.sample_index[0]) <= last:
+                    raise OutputError(f"{r.path}: /sample_index starts at {int(r.sample_index[0])}, "
+                                      f"out of order after {last} (the previous shard's last)")
+                if r.num_samples:
+                    last = int(r.sample_index[-1])
                 for i in range(r.num_samples):
                     a, b = r.rows(i)
                     hs = None
@@ -253,11 +260,10 @@ def export(outdir: str, dest: str, trainer: str, aux: list[str] | None = None,
     for note in m.notes:
         print(f"layertap-export: note: {note}", file=log)
     V = out.vocab_size
-    if V is None:
-        raise ValueError(f"{out.path}: the manifest has no model.vocab_size")
     N = draft_vocab_size or min(32000, V)
     if not 0 < N <= V:
         raise ValueError(f"--draft-vocab-size {N} outside 1..{V} (the target vocabulary)")
+    out.check_shards()      # every shard's datasets, shapes and filters, before DEST is touched
     destp = Path(dest)
     _prepare_dest(destp, overwrite)
     stats = TokenStats(V)
@@ -416,10 +422,11 @@ def main(argv: list[str] | None = None) -> int:
                       allow_incomplete=args.allow_incomplete,
                       draft_vocab_size=args.draft_vocab_size, overwrite=args.overwrite,
                       progress=not args.quiet)
-    except (ExportRefused, IncompleteOutputError, FileExistsError, KeyError, ValueError,
-            FileNotFoundError) as e:
+    except (ExportRefused, OutputError, IncompleteOutputError, KeyError, ValueError, OSError) as e:
+        # One line, no traceback: OutputError names the manifest or shard and the key or dataset;
+        # OSError (FileExistsError for DEST, a full disk) names its file.
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"layertap-export: {msg}", file=sys.stderr)
+        print(f"layertap-export: error: {one_line(msg)}", file=sys.stderr)
         return 2
     aux = ", ".join(f"{a['layertap']} (= {info['trainer']} {a['trainer_layer_id']})"
                     for a in info["aux"])

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from layertap.data import Eagle3Dataset, HiddenStatesDataset, IncompleteOutputError, PadCollate
+from layertap.data import (Eagle3Dataset, HiddenStatesDataset, IncompleteOutputError, OutputError,
+                           PadCollate)
 from layertap.output import Output
 from layertap.synthetic import write_output
 
@@ -93,6 +94,7 @@ def test_refuses_incomplete_unless_asked(tiny_out, tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     m["complete"] = False
     m["shards"] = m["shards"][:1]
+    m["totals"] = {k: m["shards"][0][k] for k in ("samples", "tokens", "bytes")}   # as the writer
     m["run"]["stopped_by"] = "SIGTERM"
     (out / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(IncompleteOutputError, match="complete\": false"):
@@ -107,10 +109,15 @@ def test_refuses_incomplete_unless_asked(tiny_out, tmp_path):
 def test_shard_mismatch_is_detected(tmp_path):
     out = write_output(tmp_path / "o", 30, 16, [2, 15, 27, 30, 31], [3, 4, 5])
     m = json.loads((out / "manifest.json").read_text())
-    m["shards"][0]["samples"] = 4
+    m["shards"][0]["samples"] = m["totals"]["samples"] = 4
     (out / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(ValueError, match="manifest says"):
+    with pytest.raises(OutputError, match=r"shard-00000.h5: /sample_index holds 3 samples, manifest says 4"):
         HiddenStatesDataset(out)[0]
+    # and the totals must be the sums over the shards
+    m["totals"]["samples"] = 3
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(OutputError, match=r"manifest.json: key 'totals.samples' = 3, but the shards listed sum to 4"):
+        HiddenStatesDataset(out)
 
 
 def test_eagle3_needs_three_intermediate_points(tmp_path):
@@ -118,3 +125,17 @@ def test_eagle3_needs_three_intermediate_points(tmp_path):
     with pytest.raises(ValueError, match="2 intermediate points"):
         Eagle3Dataset(out)
     assert Eagle3Dataset(out, aux=[2, 15])[1]["aux"].shape == (4, 32)
+
+
+def test_repeated_aux_points_refused_as_the_exporter_does(tmp_path):
+    """One rule for the reader and the exporter (output.check_aux_points): a repeated aux layer
+    (eagle3 on a model whose L // 2 is 2) is refused by both, with the same words."""
+    from layertap.export import ExportRefused, resolve_mapping
+    out = write_output(tmp_path / "o", 4, 8, [2, 2, 1, 5], [3], vocab_size=100)
+    with pytest.raises(ValueError, match=r"repeat layer 2") as reader:
+        Eagle3Dataset(out, aux=[2, 2, 1])
+    with pytest.raises(ExportRefused, match=r"repeat layer 2") as exporter:
+        resolve_mapping(Output(out), "modelopt", aux=["1", "2", "2"], allow_custom_layers=True)
+    assert "repeat layer 2" in str(reader.value) and "repeat layer 2" in str(exporter.value)
+    with pytest.raises(ValueError, match="outside the decoder-layer inputs"):
+        Eagle3Dataset(out, aux=[1, 2, "final"], target="final")
