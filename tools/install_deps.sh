@@ -24,6 +24,15 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   echo "installing: ${missing[*]}"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # Another apt (unattended-upgrades, a second shell) may hold the locks: wait for them, up to
+  # 10 minutes, instead of failing at once.
+  wait_s=${APT_LOCK_WAIT_S:-600}
+  for ((waited = 0; ; waited += 5)); do
+    $SUDO apt-get -o DPkg::Lock::Timeout="$wait_s" update -q && break
+    ((waited < wait_s)) || { echo "install_deps: apt-get update failed (lock held for ${wait_s} s?)" >&2; exit 1; }
+    echo "install_deps: apt-get update failed; retrying in 5 s (another apt may hold its lock)"
+    sleep 5
+  done
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout="$wait_s" install -y -q \
+    --no-install-recommends "${missing[@]}"
 fi

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/device.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/random_fill.cuh"
@@ -460,6 +461,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   }
   const ModelConfig cfg = synthetic_model_config(o.model, L);
   const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
+  for (const std::string& w : plan.warnings) log_warn(w);
   CapturePlan none = plan;
   none.points.clear();
   ModelledAllReduce comm(o.tp_rank, o.tp_shard);

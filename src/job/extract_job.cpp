@@ -195,6 +195,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const RankLoad load{o.max_batch_tokens, int64_t(plan.points.size()),
                       group_tokens * 5 + int64_t(last_sample - first_sample) * 128, o.gpu_memory_gib};
   check_host_memory(backend_name, cfg, shard, load);
+  if (lead)  // after the checks that can fail: a warning must not precede an unrelated error
+    for (const std::string& w : plan.warnings) log_warn(w);
   const int64_t projected = projected_output_bytes(total_tokens, int64_t(index.samples.size()),
                                                    int64_t(plan.points.size()), cfg.hidden_size,
                                                    io::parse_storage_dtype(o.store_dtype), world.dp,

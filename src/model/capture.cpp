@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "core/log.hpp"
 #include "core/text.hpp"
 
 namespace layertap {
@@ -71,8 +70,9 @@ CapturePlan resolve_capture(const std::string& request, int64_t num_layers) {
   for (std::size_t a = 0; a < plan.points.size(); ++a) positions[plan.points[a].id].push_back(a);
   for (const auto& [id, at] : positions)
     if (at.size() > 1)
-      log_warn("capture point ", plan.points[at[0]].spec, " appears ", at.size(), " times in '", excerpt(request),
-               "' (first at positions ", at[0], " and ", at[1], "); it is stored at each position");
+      plan.warnings.push_back(cat("capture point ", plan.points[at[0]].spec, " appears ", at.size(), " times in '",
+                                  excerpt(request), "' (first at positions ", at[0], " and ", at[1],
+                                  "); it is stored at each position"));
   return plan;
 }
 

@@ -21,6 +21,9 @@ struct CapturePlan {
   std::string request;               // what the user asked for, e.g. "eagle3" or "2,16,last"
   int64_t num_layers = 0;            // L
   std::vector<CapturePoint> points;  // in the order requested; this is the P axis of the output
+  // What the request does that is valid but likely unintended (a point repeated, e.g. eagle3 on a
+  // model whose L/2 is 2): the caller logs them once its checks that can fail have passed.
+  std::vector<std::string> warnings;
 
   int64_t final_id() const { return num_layers + 1; }
   // Human-readable meaning of a point, e.g. "input to decoder layer 2".

@@ -47,4 +47,14 @@ TEST(Capture, RejectsUnknownAndOutOfRangePointsWithTheirName) {
   EXPECT_NE(error_of("", 8), "");
 }
 
+// A repeated point is valid (stored at each position) but worth a warning, which the plan carries
+// for the caller to log after its checks: one per repeated point, none for distinct points.
+TEST(Capture, RepeatedPointsAreReportedNotLogged) {
+  const CapturePlan p = resolve_capture("eagle3", 4);  // 2, 4/2 = 2, 4 - 3 = 1, final
+  ASSERT_EQ(p.warnings.size(), 1u);
+  EXPECT_NE(p.warnings[0].find("capture point 2 appears 2 times in 'eagle3'"), std::string::npos) << p.warnings[0];
+  EXPECT_TRUE(resolve_capture("eagle3", 61).warnings.empty());
+  EXPECT_EQ(resolve_capture("1,1,1,2,2", 8).warnings.size(), 2u);
+}
+
 }  // namespace layertap
