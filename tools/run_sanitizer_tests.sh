@@ -7,7 +7,7 @@
 #     fuzzed for ${FUZZ_SECONDS:-60} s (FUZZ_SECONDS=0: replay only).
 # Any sanitizer report, failed test or fuzzer crash makes the script exit non-zero (both parts run
 # either way). From scratch on 2 shared cores: about 24 minutes (ASan build 10, unit/golden/io 1,
-# e2e/mpi 9, fuzz build 2, fuzzing 3 x 60 s plus replays). SAN_SKIP_TESTS=1 or SAN_SKIP_FUZZ=1 runs
+# e2e/mpi 9, fuzz build 2, fuzzing 4 x 60 s plus replays). SAN_SKIP_TESTS=1 or SAN_SKIP_FUZZ=1 runs
 # one part only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,7 +102,7 @@ fi
 if [ "${SAN_SKIP_FUZZ:-0}" != 1 ]; then
   # The fuzzers' own halting: libFuzzer stops at the first crash, leak, timeout or UBSan report.
   fuzz_asan="detect_leaks=1:halt_on_error=1:abort_on_error=0"
-  for target in safetensors hf_config jsonl; do
+  for target in safetensors hf_config jsonl chunk_decode; do
     exe=$fuzz_build/fuzz/fuzz_$target
     artifacts=$fuzz_build/artifacts/$target
     work=$fuzz_build/corpus-work/$target  # new inputs found here; the committed corpus stays as is

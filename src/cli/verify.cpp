@@ -43,8 +43,7 @@ class Verifier {
       m_ = io::read_manifest(o_.out_dir);
       check_shards();
       if (!m_.complete) problem("the manifest marks the run incomplete");
-      if (o_.samples != 0) recompute();
-      if (o_.lm_head != 0) score_lm_head();
+      read_values();
       if (o_.token_stats) token_stats();
     } catch (const Error& e) {
       problem(e.what());
@@ -60,8 +59,8 @@ class Verifier {
     out_ << "PROBLEM " << what << "\n";
   }
 
-  // Every shard against the manifest (paths, sizes, checksums, shapes, attributes) before any of its
-  // values are read; then sample order and NaN/Inf in the shards found sound.
+  // Every shard against the manifest (paths, sizes, checksums, shapes, attributes, filters) before
+  // any of its values are read; then the sample order of the shards found sound.
   void check_shards() {
     int64_t samples = 0, tokens = 0, last_index = -1;
     bool all_sound = true;
@@ -72,28 +71,23 @@ class Verifier {
       shard_sizes_.push_back(0);
       all_sound = all_sound && f.sound;
       if (!f.sound) continue;
-      const io::ShardReader r(shard_files_.back());
-      for (int64_t idx : r.sample_index()) {
-        if (idx <= last_index) problem(cat(s.file, ": sample index ", idx, " is out of order (after ", last_index, ")"));
-        last_index = idx;
+      try {
+        const io::ShardReader r(shard_files_.back());
+        for (int64_t idx : r.sample_index()) {
+          if (idx <= last_index) problem(cat(s.file, ": sample index ", idx, " is out of order (after ", last_index, ")"));
+          last_index = idx;
+        }
+        shard_sizes_.back() = r.num_samples();
+        samples += r.num_samples();
+        tokens += r.num_tokens();
+      } catch (const Error& e) {
+        problem(cat(s.file, ": ", e.what()));
+        all_sound = false;
       }
-      scan_nonfinite(r, s.file);
-      shard_sizes_.back() = r.num_samples();
-      samples += r.num_samples();
-      tokens += r.num_tokens();
     }
     if (all_sound && (samples != m_.total_samples || tokens != m_.total_tokens))
       problem(cat("the shards hold ", samples, " samples and ", tokens, " tokens, the manifest totals say ",
                   m_.total_samples, " and ", m_.total_tokens));
-  }
-
-  void scan_nonfinite(const io::ShardReader& r, const std::string& name) {
-    const std::vector<int64_t> off = r.sample_offsets(), index = r.sample_index();
-    for (std::size_t s = 0; s + 1 < off.size(); ++s) {
-      const std::vector<float> hs = r.hidden_states(off[s], off[s + 1]);
-      const auto bad = std::count_if(hs.begin(), hs.end(), [](float v) { return !std::isfinite(v); });
-      if (bad) problem(cat(name, ": sample ", index[s], " has ", bad, " NaN/Inf values"));
-    }
   }
 
   // `count` samples of the sound shards (-1: all), chosen by --seed, in file order.
@@ -136,52 +130,6 @@ class Verifier {
     return m;
   }
 
-  // The stored `final` states (or `last` through the final norm) of chosen samples through the LM
-  // head, each predicting the next token where that token is loss-masked.
-  void score_lm_head() {
-    const int64_t L = m_.num_layers;
-    const auto final_at = std::find(m_.point_ids.begin(), m_.point_ids.end(), L + 1);
-    const auto last_at = std::find(m_.point_ids.begin(), m_.point_ids.end(), L);
-    if (final_at == m_.point_ids.end() && last_at == m_.point_ids.end()) {
-      problem("--lm-head needs the capture point 'final' or 'last' in the output");
-      return;
-    }
-    const bool use_final = final_at != m_.point_ids.end();
-    const int64_t p = (use_final ? final_at : last_at) - m_.point_ids.begin();
-    const std::vector<SampleRef> chosen = choose_samples(o_.lm_head);
-    if (chosen.empty()) return;
-    const std::optional<Model> model = open_model();
-    if (!model) return;
-    cpu::set_num_threads(o_.threads);
-    const LmHead head(*model->ckpt, model->cfg);
-    const int64_t P = int64_t(m_.point_ids.size()), H = m_.hidden_size;
-    NextTokenStats stats;
-    for (const SampleRef& ref : chosen) {
-      const io::ShardReader r(shard_files_[ref.shard]);
-      const std::vector<int64_t> off = r.sample_offsets();
-      const int64_t t0 = off[std::size_t(ref.row)], t1 = off[std::size_t(ref.row) + 1];
-      const std::vector<int32_t> ids = r.input_ids();
-      const std::vector<uint8_t> mask = r.loss_mask();
-      const std::vector<float> stored = r.hidden_states(t0, t1);  // [T, P, H]
-      std::vector<float> states;                                   // [n, H]: positions whose next token is masked
-      std::vector<int32_t> targets;
-      for (int64_t t = t0; t + 1 < t1; ++t) {
-        if (!mask[std::size_t(t + 1)]) continue;
-        const float* row = stored.data() + ((t - t0) * P + p) * H;
-        states.insert(states.end(), row, row + H);
-        targets.push_back(ids[std::size_t(t + 1)]);
-      }
-      if (!use_final) head.final_norm(states.data(), int64_t(targets.size()));
-      head.score(states.data(), targets.data(), int64_t(targets.size()), stats);
-    }
-    out_ << "lm head: " << chosen.size() << " sample(s), " << stats.tokens << " loss-masked next tokens predicted from '"
-         << (use_final ? "final" : "last' through the final norm, as 'final") << "': top-1 agreement "
-         << fixed(100 * stats.top1_rate(), 2) << "%, perplexity " << std::setprecision(6) << stats.perplexity() << "\n";
-    if (stats.top1_rate() < o_.min_top1)
-      problem(cat("lm head: top-1 agreement ", fixed(100 * stats.top1_rate(), 2), "% is below --min-top1 ",
-                  fixed(100 * o_.min_top1, 2), "%: a wrong layer, model or token alignment?"));
-  }
-
   // Frequencies of the loss-masked tokens over every sound shard: what an EAGLE-3 trainer builds its
   // draft vocabulary from.
   void token_stats() {
@@ -189,9 +137,16 @@ class Verifier {
     int64_t masked = 0;
     for (std::size_t f = 0; f < shard_files_.size(); ++f) {
       if (shard_sizes_[f] == 0) continue;
-      const io::ShardReader r(shard_files_[f]);
-      const std::vector<int32_t> ids = r.input_ids();
-      const std::vector<uint8_t> mask = r.loss_mask();
+      std::vector<int32_t> ids;
+      std::vector<uint8_t> mask;
+      try {
+        const io::ShardReader r(shard_files_[f]);
+        ids = r.input_ids();
+        mask = r.loss_mask();
+      } catch (const Error& e) {
+        problem(cat(shard_files_[f].filename().string(), ": ", e.what(), " (left out of the token statistics)"));
+        continue;
+      }
       for (std::size_t t = 0; t < ids.size(); ++t)
         if (mask[t]) {
           ++count[ids[t]];
@@ -217,70 +172,153 @@ class Verifier {
     out_ << "\n";
   }
 
-  // Recomputes chosen samples from their stored tokens and compares every capture point.
-  void recompute() {
-    const std::vector<SampleRef> chosen = choose_samples(o_.samples);
-    if (chosen.empty()) return;
-    const std::optional<Model> model = open_model();
-    if (!model) return;
-    const ModelConfig& cfg = model->cfg;
-    const Checkpoint& ckpt = *model->ckpt;
-    SoloComm comm;
-    cpu::set_num_threads(o_.threads);
-    CpuBackend backend(cfg, load_weights(ckpt, cfg, TpShard{}), comm);
-    CapturePlan plan;
-    plan.request = m_.capture_request;
-    plan.num_layers = cfg.num_layers;
-    for (std::size_t p = 0; p < m_.point_ids.size(); ++p) plan.points.push_back({m_.point_specs[p], m_.point_ids[p]});
-    const DType storage = io::parse_storage_dtype(m_.storage_dtype);
+  // Where --lm-head reads: the `final` point, else `last` (through the final norm); -1 when neither.
+  int64_t lm_head_point(bool& use_final) const {
+    const int64_t L = m_.num_layers;
+    const auto final_at = std::find(m_.point_ids.begin(), m_.point_ids.end(), L + 1);
+    const auto last_at = std::find(m_.point_ids.begin(), m_.point_ids.end(), L);
+    use_final = final_at != m_.point_ids.end();
+    if (!use_final && last_at == m_.point_ids.end()) return -1;
+    return (use_final ? final_at : last_at) - m_.point_ids.begin();
+  }
 
-    std::size_t open_shard = SIZE_MAX;
-    std::unique_ptr<io::ShardReader> reader;
-    std::vector<int64_t> off, index;
-    std::vector<int32_t> ids;
-    for (const SampleRef& ref : chosen) {
-      if (ref.shard != open_shard) {
-        reader = std::make_unique<io::ShardReader>(shard_files_[ref.shard]);
-        off = reader->sample_offsets();
-        index = reader->sample_index();
-        ids = reader->input_ids();
-        open_shard = ref.shard;
-      }
-      const int64_t t0 = off[std::size_t(ref.row)], t1 = off[std::size_t(ref.row) + 1], T = t1 - t0, H = cfg.hidden_size;
-      const std::string where = cat("sample ", index[std::size_t(ref.row)], " (", shard_files_[ref.shard].filename().string(),
-                                    " #", ref.row, ", ", T, " tokens)");
-      PackedBatch batch;
-      batch.tokens.assign(ids.begin() + t0, ids.begin() + t1);
-      if (std::any_of(batch.tokens.begin(), batch.tokens.end(), [&](int32_t t) { return t < 0 || t >= cfg.vocab_size; })) {
-        problem(cat(where, ": stored token ids outside the model's vocabulary [0, ", cfg.vocab_size, ")"));
-        continue;
-      }
-      batch.offsets = {0, T};
-      const auto states = backend.forward(batch, plan, DType::F32);
-      const std::vector<float> stored = reader->hidden_states(t0, t1);  // [T, P, H]
-      const int64_t P = int64_t(plan.points.size());
-      // Per element, in steps of the storage type (core/state_compare.hpp): every corruption verify
-      // looks for (swapped or shifted points, last for final, shifted tokens, exchanged samples)
-      // moves elements by many steps.
-      StateMismatch worst;
-      std::string worst_point;
-      for (int64_t p = 0; p < P; ++p) {
-        const auto* want = reinterpret_cast<const float*>(states[std::size_t(p)].data());  // [T, H]
-        const StateMismatch m = compare_states(stored.data() + p * H, P * H, want, T, H, storage);
-        if (!(m.ratio <= worst.ratio)) {
-          worst = m;
-          worst_point = plan.points[std::size_t(p)].spec;
-        }
-      }
-      ++checked_samples_;
-      if (!(worst.ratio <= 1))
-        problem(cat(where, ": recomputed states differ at point ", worst_point, ": token ", worst.row, " dim ",
-                    worst.col, " stored ", worst.stored, ", recomputed ", worst.recomputed, ", ", worst.ratio,
-                    " times the allowed ", worst.allowed));
+  // One pass over the states of every sound shard, sample by sample in file order, so each stored
+  // chunk is read and decoded once: every sample is scanned for NaN/Inf, the chosen ones are
+  // recomputed (--samples) and scored through the LM head (--lm-head) as they come. A chunk that
+  // cannot be decoded is a problem naming it; the shard's later samples are not read.
+  void read_values() {
+    std::vector<SampleRef> recompute, scored;
+    if (o_.samples != 0) recompute = choose_samples(o_.samples);
+    bool use_final = false;
+    int64_t lm_point = -1;
+    if (o_.lm_head != 0) {
+      lm_point = lm_head_point(use_final);
+      if (lm_point < 0)
+        problem("--lm-head needs the capture point 'final' or 'last' in the output");
       else
-        out_ << "ok " << where << ": worst element at " << worst.ratio << " of the allowed difference"
-             << (worst_point.empty() ? "" : " (point " + worst_point + ")") << "\n";
+        scored = choose_samples(o_.lm_head);
     }
+    std::optional<Model> model;
+    SoloComm comm;
+    std::unique_ptr<CpuBackend> backend;
+    std::optional<LmHead> head;
+    CapturePlan plan;
+    cpu::set_num_threads(o_.threads);
+    if (!recompute.empty() || !scored.empty()) {
+      try {
+        model = open_model();
+        if (model && !recompute.empty()) {
+          backend = std::make_unique<CpuBackend>(model->cfg, load_weights(*model->ckpt, model->cfg, TpShard{}), comm);
+          plan.request = m_.capture_request;
+          plan.num_layers = model->cfg.num_layers;
+          for (std::size_t p = 0; p < m_.point_ids.size(); ++p)
+            plan.points.push_back({m_.point_specs[p], m_.point_ids[p]});
+        }
+        if (model && !scored.empty()) head.emplace(*model->ckpt, model->cfg);
+      } catch (const Error& e) {  // the states are still scanned
+        problem(e.what());
+        head.reset();
+        backend.reset();
+        model.reset();
+      }
+      if (!model) recompute.clear(), scored.clear();
+    }
+    NextTokenStats stats;
+    int64_t scored_samples = 0;
+    std::size_t ri = 0, si = 0;
+    for (std::size_t f = 0; f < shard_files_.size(); ++f) {
+      if (shard_sizes_[f] == 0) continue;
+      const std::string name = shard_files_[f].filename().string();
+      try {
+        const io::ShardReader r(shard_files_[f]);
+        const std::vector<int64_t> off = r.sample_offsets(), index = r.sample_index();
+        const std::vector<int32_t> ids = r.input_ids();
+        const std::vector<uint8_t> mask = r.loss_mask();
+        for (int64_t s = 0; s < shard_sizes_[f]; ++s) {
+          const bool recomputed = ri < recompute.size() && recompute[ri].shard == f && recompute[ri].row == s;
+          const bool scoring = si < scored.size() && scored[si].shard == f && scored[si].row == s;
+          ri += recomputed;
+          si += scoring;
+          const int64_t t0 = off[std::size_t(s)], t1 = off[std::size_t(s) + 1];
+          const std::vector<float> stored = r.hidden_states(t0, t1);  // [T, P, H]
+          const auto bad = std::count_if(stored.begin(), stored.end(), [](float v) { return !std::isfinite(v); });
+          if (bad) problem(cat(name, ": sample ", index[std::size_t(s)], " has ", bad, " NaN/Inf values"));
+          const std::string where = cat("sample ", index[std::size_t(s)], " (", name, " #", s, ", ", t1 - t0, " tokens)");
+          if (recomputed) compare_sample(*backend, plan, model->cfg, where, ids, t0, t1, stored);
+          if (scoring) {
+            score_sample(*head, lm_point, use_final, ids, mask, t0, t1, stored, stats);
+            ++scored_samples;
+          }
+        }
+      } catch (const Error& e) {
+        problem(cat(name, ": ", e.what(), " (its later samples are not read)"));
+      }
+      while (ri < recompute.size() && recompute[ri].shard <= f) ++ri;
+      while (si < scored.size() && scored[si].shard <= f) ++si;
+    }
+    if (scored.empty()) return;
+    out_ << "lm head: " << scored_samples << " sample(s), " << stats.tokens
+         << " loss-masked next tokens predicted from '"
+         << (use_final ? "final" : "last' through the final norm, as 'final") << "': top-1 agreement "
+         << fixed(100 * stats.top1_rate(), 2) << "%, perplexity " << std::setprecision(6) << stats.perplexity() << "\n";
+    if (stats.top1_rate() < o_.min_top1)
+      problem(cat("lm head: top-1 agreement ", fixed(100 * stats.top1_rate(), 2), "% is below --min-top1 ",
+                  fixed(100 * o_.min_top1, 2), "%: a wrong layer, model or token alignment?"));
+  }
+
+  // The stored `final` states (or `last` through the final norm) of one sample through the LM head,
+  // each position predicting the next token where that token is loss-masked.
+  void score_sample(const LmHead& head, int64_t p, bool use_final, const std::vector<int32_t>& ids,
+                    const std::vector<uint8_t>& mask, int64_t t0, int64_t t1, const std::vector<float>& stored,
+                    NextTokenStats& stats) const {
+    const int64_t P = int64_t(m_.point_ids.size()), H = m_.hidden_size;
+    std::vector<float> states;  // [n, H]: positions whose next token is masked
+    std::vector<int32_t> targets;
+    for (int64_t t = t0; t + 1 < t1; ++t) {
+      if (!mask[std::size_t(t + 1)]) continue;
+      const float* row = stored.data() + ((t - t0) * P + p) * H;
+      states.insert(states.end(), row, row + H);
+      targets.push_back(ids[std::size_t(t + 1)]);
+    }
+    if (!use_final) head.final_norm(states.data(), int64_t(targets.size()));
+    head.score(states.data(), targets.data(), int64_t(targets.size()), stats);
+  }
+
+  // Recomputes one sample from its stored tokens and compares every capture point.
+  void compare_sample(CpuBackend& backend, const CapturePlan& plan, const ModelConfig& cfg, const std::string& where,
+                      const std::vector<int32_t>& ids, int64_t t0, int64_t t1, const std::vector<float>& stored) {
+    const int64_t T = t1 - t0, H = cfg.hidden_size;
+    PackedBatch batch;
+    batch.tokens.assign(ids.begin() + t0, ids.begin() + t1);
+    if (std::any_of(batch.tokens.begin(), batch.tokens.end(), [&](int32_t t) { return t < 0 || t >= cfg.vocab_size; })) {
+      problem(cat(where, ": stored token ids outside the model's vocabulary [0, ", cfg.vocab_size, ")"));
+      return;
+    }
+    batch.offsets = {0, T};
+    const auto states = backend.forward(batch, plan, DType::F32);
+    const DType storage = io::parse_storage_dtype(m_.storage_dtype);
+    const int64_t P = int64_t(plan.points.size());
+    // Per element, in steps of the storage type (core/state_compare.hpp): every corruption verify
+    // looks for (swapped or shifted points, last for final, shifted tokens, exchanged samples)
+    // moves elements by many steps.
+    StateMismatch worst;
+    std::string worst_point;
+    for (int64_t p = 0; p < P; ++p) {
+      const auto* want = reinterpret_cast<const float*>(states[std::size_t(p)].data());  // [T, H]
+      const StateMismatch m = compare_states(stored.data() + p * H, P * H, want, T, H, storage);
+      if (!(m.ratio <= worst.ratio)) {
+        worst = m;
+        worst_point = plan.points[std::size_t(p)].spec;
+      }
+    }
+    ++checked_samples_;
+    if (!(worst.ratio <= 1))
+      problem(cat(where, ": recomputed states differ at point ", worst_point, ": token ", worst.row, " dim ",
+                  worst.col, " stored ", worst.stored, ", recomputed ", worst.recomputed, ", ", worst.ratio,
+                  " times the allowed ", worst.allowed));
+    else
+      out_ << "ok " << where << ": worst element at " << worst.ratio << " of the allowed difference"
+           << (worst_point.empty() ? "" : " (point " + worst_point + ")") << "\n";
   }
 
   const VerifyOptions& o_;

@@ -64,32 +64,47 @@ std::size_t lz4_encode(const std::byte* in, std::size_t n, std::vector<std::byte
   return out.size();
 }
 
-// Returns false on malformed input. `expected` is the decoded size when known, else 0.
-bool lz4_decode(const std::byte* in, std::size_t size, std::size_t expected, std::vector<std::byte>& out) {
-  if (size < 12) return false;
+// Decodes into exactly `expected` bytes; throws saying what is wrong. The header's declared size is
+// checked against `expected` before `out` is sized, and every block decodes into its own bytes of
+// `out` and no more (LZ4_decompress_safe fails a block that would write past its capacity).
+void lz4_decode(const std::byte* in, std::size_t size, std::size_t expected, std::vector<std::byte>& out) {
+  LT_CHECK(size >= 12, "lz4: the stored chunk of ", size, " bytes is shorter than the filter's 12-byte header");
   const uint64_t total = get_be64(in);
   uint64_t block = get_be32(in + 8);
-  if (total > kMaxDecoded || (expected != 0 && total != expected) || (total > 0 && block == 0)) return false;
+  LT_CHECK(total == expected, "lz4: the header declares ", total, " decoded bytes, the chunk holds ", expected);
+  LT_CHECK(total == 0 || block > 0, "lz4: the header declares blocks of 0 bytes");
   block = std::min<uint64_t>(block, total);
   out.resize(std::size_t(total));
   std::size_t pos = 12, done = 0;
-  while (done < total) {
+  for (int64_t b = 0; done < total; ++b) {
     const std::size_t this_block = std::size_t(std::min<uint64_t>(block, total - done));
-    if (size - pos < 4) return false;
+    LT_CHECK(size - pos >= 4, "lz4: the chunk ends before block ", b, " (", done, " of ", total,
+             " bytes decoded: short)");
     const std::size_t stored = get_be32(in + pos);
     pos += 4;
-    if (stored > size - pos) return false;
+    LT_CHECK(stored <= size - pos, "lz4: block ", b, " declares ", stored, " stored bytes, ", size - pos,
+             " remain in the chunk");
     if (stored == this_block) {
       std::memcpy(out.data() + done, in + pos, stored);
     } else {
       const int got = LZ4_decompress_safe(reinterpret_cast<const char*>(in + pos),
                                           reinterpret_cast<char*>(out.data() + done), int(stored), int(this_block));
-      if (got < 0 || std::size_t(got) != this_block) return false;
+      LT_CHECK(got >= 0, "lz4: block ", b, " is malformed or decodes to more than its ", this_block, " bytes");
+      LT_CHECK(std::size_t(got) == this_block, "lz4: block ", b, " decodes to ", got, " of its ", this_block,
+               " bytes (short)");
     }
     pos += stored;
     done += this_block;
   }
-  return true;
+}
+
+// The decoded size an LZ4 chunk declares (HDF5's own reads through the registered filter, which
+// knows no chunk size): at most kMaxDecoded.
+std::size_t lz4_declared(const std::byte* in, std::size_t size) {
+  LT_CHECK(size >= 12, "lz4: the stored chunk of ", size, " bytes is shorter than the filter's 12-byte header");
+  const uint64_t total = get_be64(in);
+  LT_CHECK(total <= kMaxDecoded, "lz4: the header declares ", total, " decoded bytes, more than ", kMaxDecoded);
+  return std::size_t(total);
 }
 
 // --- Zstandard, in the format of the HDF5 Zstandard filter (32015): one frame -----------------------
@@ -107,17 +122,35 @@ std::size_t zstd_encode(const std::byte* in, std::size_t n, int level, std::vect
   return stored;
 }
 
-bool zstd_decode(const std::byte* in, std::size_t size, std::size_t expected, std::vector<std::byte>& out) {
-  // One frame that fills the buffer and declares its size (as ZSTD_compress writes it).
+// One frame that fills the chunk. A frame declaring its size (as ZSTD_compress writes it) is checked
+// against `expected` before `out` is sized; any frame decodes into `expected` bytes at most
+// (ZSTD_decompressDCtx fails one that would write more) and must fill them.
+void zstd_decode(const std::byte* in, std::size_t size, std::size_t expected, std::vector<std::byte>& out) {
+  const unsigned long long declared = ZSTD_getFrameContentSize(in, size);
+  LT_CHECK(declared != ZSTD_CONTENTSIZE_ERROR, "zstd: the stored chunk of ", size, " bytes is not a zstd frame");
+  LT_CHECK(declared == ZSTD_CONTENTSIZE_UNKNOWN || declared == expected, "zstd: the frame declares ", declared,
+           " decoded bytes, the chunk holds ", expected);
   const std::size_t frame = ZSTD_findFrameCompressedSize(in, size);
-  if (ZSTD_isError(frame) || frame != size) return false;
+  LT_CHECK(!ZSTD_isError(frame), "zstd: the frame is truncated or malformed (", ZSTD_getErrorName(frame), ")");
+  LT_CHECK(frame == size, "zstd: ", size - frame, " bytes follow the frame (layertap reads one frame per chunk)");
+  thread_local struct Ctx {
+    ZSTD_DCtx* d = ZSTD_createDCtx();
+    ~Ctx() { ZSTD_freeDCtx(d); }
+  } ctx;
+  LT_CHECK(ctx.d != nullptr, "zstd: cannot create a decompression context");
+  out.resize(expected);
+  const std::size_t got = ZSTD_decompressDCtx(ctx.d, out.data(), out.size(), in, size);
+  LT_CHECK(!ZSTD_isError(got), "zstd: the frame is malformed or decodes to more than the chunk's ", expected,
+           " bytes (", ZSTD_getErrorName(got), ")");
+  LT_CHECK(got == expected, "zstd: the frame decodes to ", got, " of the chunk's ", expected, " bytes (short)");
+}
+
+std::size_t zstd_declared(const std::byte* in, std::size_t size) {
   const unsigned long long total = ZSTD_getFrameContentSize(in, size);
-  if (total == ZSTD_CONTENTSIZE_ERROR || total == ZSTD_CONTENTSIZE_UNKNOWN || total > kMaxDecoded ||
-      (expected != 0 && total != expected))
-    return false;
-  out.resize(std::size_t(total));
-  const std::size_t got = ZSTD_decompress(out.data(), out.size(), in, size);
-  return !ZSTD_isError(got) && got == total;
+  LT_CHECK(total != ZSTD_CONTENTSIZE_ERROR && total != ZSTD_CONTENTSIZE_UNKNOWN,
+           "zstd: the frame does not declare its decoded size");
+  LT_CHECK(total <= kMaxDecoded, "zstd: the frame declares ", total, " decoded bytes, more than ", kMaxDecoded);
+  return std::size_t(total);
 }
 
 // --- deflate, as HDF5's built-in filter 1 writes it: one zlib stream ----------------------------------
@@ -132,23 +165,43 @@ std::size_t gzip_encode(const std::byte* in, std::size_t n, int level, std::vect
   return stored;
 }
 
-bool gzip_decode(const std::byte* in, std::size_t size, std::size_t expected, std::vector<std::byte>& out) {
+// One zlib stream (HDF5's deflate filter) inflated into `expected` bytes and no more: a stream that
+// would go on (a bomb) stops there and is refused, as is one that ends short.
+void gzip_decode(const std::byte* in, std::size_t size, std::size_t expected, std::vector<std::byte>& out) {
+  LT_CHECK(size <= std::size_t(UINT32_MAX) && expected <= std::size_t(UINT32_MAX), "deflate: a chunk of ", size,
+           " stored and ", expected, " decoded bytes is beyond zlib's 4 GiB");
+  z_stream z{};
+  LT_CHECK(inflateInit(&z) == Z_OK, "deflate: cannot initialise zlib");
   out.resize(expected);
-  uLongf got = uLongf(expected);
-  const int rc = uncompress(reinterpret_cast<Bytef*>(out.data()), &got, reinterpret_cast<const Bytef*>(in), uLong(size));
-  return rc == Z_OK && got == expected;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in));
+  z.avail_in = uInt(size);
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = uInt(expected);
+  const int rc = inflate(&z, Z_FINISH);
+  const std::size_t got = expected - z.avail_out;
+  const std::string msg = z.msg ? z.msg : "";
+  inflateEnd(&z);
+  if (rc == Z_STREAM_END) {
+    LT_CHECK(got == expected, "deflate: the stream decodes to ", got, " of the chunk's ", expected, " bytes (short)");
+    return;
+  }
+  LT_CHECK(rc != Z_DATA_ERROR && rc != Z_NEED_DICT, "deflate: the stream is malformed (", msg, ")");
+  LT_CHECK(got < expected, "deflate: the stream decodes to more than the chunk's ", expected, " bytes");
+  LT_FAIL("deflate: the stream is truncated after ", got, " of the chunk's ", expected, " bytes (short)");
 }
 
 // --- HDF5 filter callbacks (H5Z_func_t): return the new size, or 0 on failure -------------------------
 
-template <bool (*Decode)(const std::byte*, std::size_t, std::size_t, std::vector<std::byte>&),
-          typename Encode>
+// Decoding sizes the output from what the chunk declares (HDF5 does not tell a filter the chunk's
+// size); layertap's own readers decode with decode_stored_chunk instead, which knows it.
+template <void (*Decode)(const std::byte*, std::size_t, std::size_t, std::vector<std::byte>&),
+          std::size_t (*Declared)(const std::byte*, std::size_t), typename Encode>
 std::size_t run_filter(unsigned flags, std::size_t nbytes, std::size_t* buf_size, void** buf, Encode encode) noexcept {
   try {
     std::vector<std::byte> out;
     const auto* in = static_cast<const std::byte*>(*buf);
     if (flags & H5Z_FLAG_REVERSE) {
-      if (!Decode(in, nbytes, 0, out)) return 0;
+      Decode(in, nbytes, Declared(in, nbytes), out);
     } else {
       encode(in, nbytes, out);
     }
@@ -166,7 +219,7 @@ std::size_t run_filter(unsigned flags, std::size_t nbytes, std::size_t* buf_size
 
 std::size_t lz4_filter(unsigned flags, std::size_t, const unsigned[], std::size_t nbytes, std::size_t* buf_size,
                        void** buf) {
-  return run_filter<lz4_decode>(flags, nbytes, buf_size, buf, [](const std::byte* in, std::size_t n, auto& out) {
+  return run_filter<lz4_decode, lz4_declared>(flags, nbytes, buf_size, buf, [](const std::byte* in, std::size_t n, auto& out) {
     lz4_encode(in, n, out);
   });
 }
@@ -175,7 +228,7 @@ std::size_t zstd_filter(unsigned flags, std::size_t cd_nelmts, const unsigned cd
                         std::size_t* buf_size, void** buf) {
   int level = cd_nelmts > 0 ? int(cd_values[0]) : 1;
   level = std::clamp(level, ZSTD_minCLevel(), ZSTD_maxCLevel());
-  return run_filter<zstd_decode>(flags, nbytes, buf_size, buf, [level](const std::byte* in, std::size_t n, auto& out) {
+  return run_filter<zstd_decode, zstd_declared>(flags, nbytes, buf_size, buf, [level](const std::byte* in, std::size_t n, auto& out) {
     zstd_encode(in, n, level, out);
   });
 }
@@ -305,14 +358,14 @@ void byte_shuffle(const std::byte* in, std::byte* out, std::size_t n, std::size_
     for (std::size_t j = 0; j < s; ++j)
       for (std::size_t i = 0; i < count; ++i) out[j * count + i] = in[i * s + j];
   }
-  std::memcpy(out + count * s, in + count * s, n - count * s);
+  if (n > count * s) std::memcpy(out + count * s, in + count * s, n - count * s);
 }
 
 void byte_unshuffle(const std::byte* in, std::byte* out, std::size_t n, std::size_t s) {
   const std::size_t count = n / s;
   for (std::size_t j = 0; j < s; ++j)
     for (std::size_t i = 0; i < count; ++i) out[i * s + j] = in[j * count + i];
-  std::memcpy(out + count * s, in + count * s, n - count * s);
+  if (n > count * s) std::memcpy(out + count * s, in + count * s, n - count * s);
 }
 
 void encode_chunk(const Compression& c, std::size_t element_size, const std::byte* data, std::size_t n,
@@ -331,25 +384,105 @@ void encode_chunk(const Compression& c, std::size_t element_size, const std::byt
   }
 }
 
+std::vector<ChunkFilter> expected_pipeline(const Compression& in, std::size_t element_size) {
+  const Compression c = resolved(in);
+  std::vector<ChunkFilter> p;
+  if (!c.enabled()) return p;
+  if (element_size > 1) p.push_back({kShuffleFilter, 0, {unsigned(element_size)}});
+  switch (c.codec) {
+    case Codec::Lz4: p.push_back({kLz4Filter, H5Z_FLAG_MANDATORY, {}}); break;
+    case Codec::Zstd: p.push_back({kZstdFilter, H5Z_FLAG_MANDATORY, {unsigned(c.level)}}); break;
+    case Codec::Gzip: p.push_back({kDeflateFilter, 0, {unsigned(c.level)}}); break;
+    case Codec::None: break;
+  }
+  return p;
+}
+
+std::string describe_filter(const ChunkFilter& f) {
+  const auto level = [&](const char* name) {
+    return f.cd_values.empty() ? std::string(name) : cat(name, ":", int(f.cd_values[0]));
+  };
+  switch (f.id) {
+    case kShuffleFilter: return "shuffle";
+    case kLz4Filter: return "lz4";
+    case kZstdFilter: return level("zstd");
+    case kDeflateFilter: return level("deflate");
+    default: return cat("filter ", f.id);
+  }
+}
+
+std::string describe_pipeline(const std::vector<ChunkFilter>& pipeline) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < pipeline.size(); ++i) s += cat(i ? ", " : "", describe_filter(pipeline[i]));
+  return s + "]";
+}
+
+std::size_t max_stored_chunk_bytes(std::size_t expected) {
+  // LZ4 (n / 255 + 16 per block, plus the filter's headers), zstd (n / 256 + 64 per 128 KiB block)
+  // and deflate (n / 1000 + 13) all stay below n + n / 64 + 64 KiB.
+  return expected + expected / 64 + (std::size_t(64) << 10);
+}
+
+void decode_stored_chunk(const std::vector<ChunkFilter>& pipeline, uint32_t skipped, std::size_t element_size,
+                         const std::byte* data, std::size_t size, std::size_t expected, std::vector<std::byte>& out,
+                         std::vector<std::byte>& scratch) {
+  LT_CHECK(expected <= kMaxChunkBytes, "the layout gives chunks of ", expected, " bytes, more than ", kMaxChunkBytes);
+  LT_CHECK(pipeline.size() <= 32, "a pipeline of ", pipeline.size(), " filters");
+  LT_CHECK(element_size > 0, "elements of 0 bytes");
+  int codecs = 0;
+  for (const ChunkFilter& f : pipeline) {
+    LT_CHECK(f.id == kShuffleFilter || f.id == kLz4Filter || f.id == kZstdFilter || f.id == kDeflateFilter,
+             "filter ", describe_filter(f), " of pipeline ", describe_pipeline(pipeline),
+             " is not one layertap reads (shuffle, then lz4, zstd or deflate)");
+    if (f.id == kShuffleFilter)
+      LT_CHECK(f.cd_values.empty() || f.cd_values[0] == element_size, "the shuffle filter declares elements of ",
+               f.cd_values[0], " bytes, the dataset's are ", element_size);
+    else
+      ++codecs;
+  }
+  LT_CHECK(codecs <= 1, "pipeline ", describe_pipeline(pipeline), " has more than one codec");
+  // Filters decode in reverse order. `cur` is what the next one reads: the stored bytes, then
+  // `out` or `scratch` (the two alternate).
+  const std::byte* cur = data;
+  std::size_t cur_size = size;
+  std::vector<std::byte>* bufs[2] = {&out, &scratch};
+  int next = 0;
+  for (std::size_t k = pipeline.size(); k-- > 0;) {
+    if (k < 32 && (skipped >> k) & 1u) continue;
+    const ChunkFilter& f = pipeline[k];
+    std::vector<std::byte>& dst = *bufs[next];
+    if (f.id == kShuffleFilter) {
+      LT_CHECK(cur_size == expected, "the shuffled chunk holds ", cur_size, " bytes, the chunk ", expected);
+      dst.resize(cur_size);
+      if (element_size > 1) byte_unshuffle(cur, dst.data(), cur_size, element_size);
+      else if (cur_size > 0) std::memcpy(dst.data(), cur, cur_size);
+    } else if (f.id == kLz4Filter) {
+      lz4_decode(cur, cur_size, expected, dst);
+    } else if (f.id == kZstdFilter) {
+      zstd_decode(cur, cur_size, expected, dst);
+    } else {
+      gzip_decode(cur, cur_size, expected, dst);
+    }
+    cur = dst.data();
+    cur_size = dst.size();
+    next ^= 1;
+  }
+  LT_CHECK(cur_size == expected, "the chunk holds ", cur_size, " bytes after its filters, the layout gives ", expected,
+           cur_size < expected ? " (short)" : " (long)");
+  if (cur == data) {
+    out.assign(data, data + size);
+  } else if (cur != out.data()) {
+    out.swap(scratch);
+  }
+}
+
 void decode_chunk(const Compression& c, std::size_t element_size, const std::byte* data, std::size_t size,
                   std::size_t n, std::vector<std::byte>& out) {
-  std::vector<std::byte> decoded;
-  bool ok = true;
-  switch (c.codec) {
-    case Codec::Lz4: ok = lz4_decode(data, size, n, decoded); break;
-    case Codec::Zstd: ok = zstd_decode(data, size, n, decoded); break;
-    case Codec::Gzip: ok = gzip_decode(data, size, n, decoded); break;
-    case Codec::None:
-      ok = size == n;
-      if (ok) decoded.assign(data, data + size);
-      break;
-  }
-  LT_CHECK(ok, compression_name(c), ": chunk of ", size, " bytes does not decode to ", n, " bytes");
-  if (element_size > 1) {
-    out.resize(n);
-    byte_unshuffle(decoded.data(), out.data(), n, element_size);
-  } else {
-    out = std::move(decoded);
+  std::vector<std::byte> scratch;
+  try {
+    decode_stored_chunk(expected_pipeline(c, element_size), 0, element_size, data, size, n, out, scratch);
+  } catch (const Error& e) {
+    LT_FAIL(compression_name(c), ": chunk of ", size, " bytes does not decode to ", n, " bytes: ", e.what());
   }
 }
 

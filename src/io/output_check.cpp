@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
 #include "core/text.hpp"
+#include "io/compression.hpp"
 #include "io/shard_reader.hpp"
 #include "model/json_fields.hpp"
 
@@ -20,6 +21,36 @@ void check_plain_name(const std::string& name, const std::string& where) {
            ": shard file '", excerpt(name), "' is not a plain file name inside the output directory");
 }
 
+// The same filters, codec levels included (flags and the shuffle's element size aside).
+bool same_pipeline(const std::vector<ChunkFilter>& a, const std::vector<ChunkFilter>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].id != b[i].id) return false;
+    const bool leveled = a[i].id == kZstdFilter || a[i].id == kDeflateFilter;
+    if (leveled && (a[i].cd_values.empty() ? 0u : a[i].cd_values[0]) != (b[i].cd_values.empty() ? 0u : b[i].cd_values[0]))
+      return false;
+  }
+  return true;
+}
+
+// How /hidden_states is stored (its dtype and compression attributes, its actual filter pipeline,
+// float8's encoding attribute) against the manifest: one finding per disagreement.
+template <typename Fail>
+void storage_problems(const ShardReader& r, const Manifest& m, Fail&& fail) {
+  const OutputMeta& a = r.meta();
+  if (dtype_name(a.dtype) != m.storage_dtype)
+    fail("dtype attribute '", dtype_name(a.dtype), "', manifest says ", m.storage_dtype);
+  if (const std::string c = compression_name(a.compression); c != m.compression)
+    fail("compression attribute '", c, "', manifest says ", m.compression);
+  const std::vector<ChunkFilter> actual = r.hidden_pipeline();
+  const std::vector<ChunkFilter> want = expected_pipeline(parse_compression(m.compression), r.hidden_element_size());
+  if (!same_pipeline(actual, want))
+    fail("/hidden_states is filtered by ", describe_pipeline(actual), ", manifest says compression ", m.compression,
+         " (", describe_pipeline(want), ")");
+  if (m.storage_dtype == "float8_e4m3fn" && r.hidden_encoding() != "float8_e4m3fn")
+    fail("/hidden_states encoding attribute '", excerpt(r.hidden_encoding()), "', manifest says float8_e4m3fn");
+}
+
 }  // namespace
 
 Manifest read_manifest(const fs::path& dir) {
@@ -33,7 +64,12 @@ Manifest read_manifest(const fs::path& dir) {
   LT_CHECK(m.storage_dtype == "bfloat16" || m.storage_dtype == "float32" || m.storage_dtype == "float8_e4m3fn",
            path.string(), ": storage_dtype '", excerpt(m.storage_dtype),
            "' is not bfloat16, float32 or float8_e4m3fn");
-  m.compression = top.string_or("compression", "none");
+  const std::string compression = top.string_or("compression", "none");
+  try {
+    m.compression = compression_name(parse_compression(compression));
+  } catch (const Error& e) {
+    LT_FAIL(path.string(), ": compression '", excerpt(compression), "': ", e.what());
+  }
 
   const JsonFields model = top.object("model");
   m.model_dir = model.string("dir");
@@ -105,6 +141,7 @@ ShardFindings check_shard(const fs::path& dir, const ManifestShard& s, const Man
     if (r.num_samples() != s.samples) fail("holds ", r.num_samples(), " samples, manifest says ", s.samples);
     if (r.num_tokens() != s.tokens) fail("holds ", r.num_tokens(), " tokens, manifest says ", s.tokens);
     if (f.dtype != m.storage_dtype) fail("/hidden_states is stored as ", f.dtype, ", manifest says ", m.storage_dtype);
+    storage_problems(r, m, fail);
     const OutputMeta& a = r.meta();
     if (r.format_version() != m.format_version)
       fail("format version ", r.format_version(), ", manifest says ", m.format_version);

@@ -7,14 +7,6 @@
 #include "io/shard_reader.hpp"
 
 namespace layertap::io {
-namespace {
-
-// "<stem>-NNNNN.h5", the number zero-padded to five digits (wider past 99999).
-std::string shard_name(const std::string& stem, std::size_t index) {
-  return cat(stem, "-", zero_pad(int64_t(index), 5), ".h5");
-}
-
-}  // namespace
 
 OutputWriter::OutputWriter(std::filesystem::path dir, std::string stem, OutputMeta meta,
                            int64_t shard_bytes, std::vector<ShardInfo> kept, std::size_t queue_depth)
@@ -129,7 +121,7 @@ void OutputWriter::write_loop() {
 
 void OutputWriter::write(const CapturedBatch& batch, std::unique_ptr<ShardWriter>& shard) {
   if (!shard)
-    shard = std::make_unique<ShardWriter>(dir_, shard_name(stem_, shards_opened_++), meta_);
+    shard = std::make_unique<ShardWriter>(dir_, shard_file_name(stem_, shards_opened_++), meta_);
   const int64_t before = shard->bytes_written();
   shard->append(batch);
   bytes_written_ += shard->bytes_written() - before;

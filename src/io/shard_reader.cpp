@@ -1,7 +1,10 @@
 #include "io/shard_reader.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "io/compression.hpp"
 #include "io/hdf5.hpp"
@@ -20,12 +23,50 @@ std::string format_shape(const std::vector<int64_t>& dims) {
 constexpr int64_t kMaxExpansion = 1024;
 constexpr int64_t kMaxDim = int64_t(1) << 24;  // capture points and hidden size (keeps products in int64)
 
+namespace {
+
+// The filters of a dataset's creation property list, in write order.
+std::vector<ChunkFilter> dataset_pipeline(hid_t dataset, const std::string& what) {
+  h5::Id dcpl(h5::check(H5Dget_create_plist(dataset), "creation properties of ", what), H5Pclose);
+  const int n = h5::check(H5Pget_nfilters(dcpl.get()), "filters of ", what);
+  std::vector<ChunkFilter> pipeline;
+  for (int i = 0; i < n; ++i) {
+    ChunkFilter f;
+    unsigned values[8] = {};
+    std::size_t count = 8;
+    unsigned config = 0;
+    f.id = int(h5::check(H5Pget_filter2(dcpl.get(), unsigned(i), &f.flags, &count, values, 0, nullptr, &config),
+                         "filter ", i, " of ", what));
+    f.cd_values.assign(values, values + std::min<std::size_t>(count, 8));
+    pipeline.push_back(std::move(f));
+  }
+  return pipeline;
+}
+
+}  // namespace
+
 struct ShardReader::Impl {
   std::string path;
   int64_t file_bytes = 0;
   h5::Id file;
   int64_t format_version = 0;
   OutputMeta meta;
+
+  // One dataset as it is read: its layout and, when filtered, the last chunk decoded.
+  struct Column {
+    std::string name, what;
+    h5::Id ds, type;
+    std::vector<int64_t> dims;
+    std::size_t element = 0;            // bytes of one stored value
+    std::vector<ChunkFilter> pipeline;  // empty: unfiltered, HDF5 reads it (no decoder runs)
+    int64_t chunk_rows = 0;             // filtered: rows per chunk
+    std::size_t row_elements = 0;       // values per row (the product of the trailing dims)
+    std::size_t chunk_bytes = 0;        // filtered: decoded bytes of every chunk
+    int64_t cached = -1;                // the chunk `data` holds
+    std::vector<std::byte> data, stored, scratch;
+    std::map<int64_t, std::string> failed;  // chunk -> why it cannot be decoded
+  };
+  mutable std::map<std::string, std::unique_ptr<Column>> columns;
 
   std::string where(const std::string& dataset) const {
     return cat("/", dataset, " of '", path, "'");
@@ -36,17 +77,143 @@ struct ShardReader::Impl {
     return h5::dataset_dims(ds.get(), where(name));
   }
 
-  // Reads a whole 1-D dataset as `mem_type` (HDF5 converts from the stored integer type).
+  Column& column(const std::string& name) const {
+    if (auto it = columns.find(name); it != columns.end()) return *it->second;
+    auto c = std::make_unique<Column>();
+    c->name = name;
+    c->what = where(name);
+    c->ds = h5::open_dataset(file.get(), name, cat("'", path, "'"));
+    c->dims = h5::dataset_dims(c->ds.get(), c->what);
+    c->type = h5::dataset_type(c->ds.get(), c->what);
+    const H5T_class_t cls = H5Tget_class(c->type.get());
+    LT_CHECK(cls == H5T_INTEGER || cls == H5T_FLOAT, c->what, " is stored as ", h5::describe_type(c->type.get()),
+             ", not as numbers");
+    c->element = H5Tget_size(c->type.get());
+    LT_CHECK(c->element >= 1 && c->element <= 16, c->what, " has elements of ", c->element, " bytes");
+    LT_CHECK(!c->dims.empty(), c->what, " is a scalar");
+    c->row_elements = 1;
+    for (std::size_t k = 1; k < c->dims.size(); ++k) {
+      LT_CHECK(c->dims[k] >= 0 && c->dims[k] <= kMaxDim, c->what, " has dims ", format_shape(c->dims), " beyond ",
+               kMaxDim);
+      c->row_elements *= std::size_t(c->dims[k]);
+      LT_CHECK(c->row_elements <= kMaxChunkBytes, c->what, " has rows of ", c->row_elements, " values");
+    }
+    c->pipeline = dataset_pipeline(c->ds.get(), c->what);
+    if (!c->pipeline.empty()) {
+      h5::Id dcpl(h5::check(H5Dget_create_plist(c->ds.get()), "creation properties of ", c->what), H5Pclose);
+      LT_CHECK(H5Pget_layout(dcpl.get()) == H5D_CHUNKED, c->what, " is filtered but not chunked");
+      const int rank = int(c->dims.size());
+      std::vector<hsize_t> chunk(std::size_t(rank), 0);
+      LT_CHECK(h5::check(H5Pget_chunk(dcpl.get(), rank, chunk.data()), "chunk layout of ", c->what) == rank,
+               c->what, ": its chunks have another rank than the dataset");
+      for (int k = 1; k < rank; ++k)
+        LT_CHECK(int64_t(chunk[std::size_t(k)]) == c->dims[std::size_t(k)], c->what, " has chunks of ",
+                 format_shape(std::vector<int64_t>(chunk.begin(), chunk.end())),
+                 " that do not hold whole rows of ", format_shape(c->dims), " (layertap chunks along the first axis)");
+      c->chunk_rows = int64_t(chunk[0]);
+      const std::size_t row_bytes = c->row_elements * c->element;
+      LT_CHECK(c->chunk_rows >= 1 && (row_bytes == 0 || std::size_t(c->chunk_rows) <= kMaxChunkBytes / row_bytes),
+               c->what, " declares chunks of ", format_shape(std::vector<int64_t>(chunk.begin(), chunk.end())), " x ",
+               c->element, " bytes, more than the ", kMaxChunkBytes, " bytes layertap reads in one chunk");
+      c->chunk_bytes = std::size_t(c->chunk_rows) * row_bytes;
+    }
+    Column& ref = *c;
+    columns.emplace(name, std::move(c));
+    return ref;
+  }
+
+  // Chunk `k` of a filtered column, decoded into its full size (cached: the last one decoded).
+  const std::vector<std::byte>& decoded(Column& c, int64_t k) const {
+    if (c.cached == k) return c.data;
+    if (const auto it = c.failed.find(k); it != c.failed.end()) throw Error(it->second);
+    try {
+      std::vector<hsize_t> offset(c.dims.size(), 0);
+      offset[0] = hsize_t(k * c.chunk_rows);
+      hsize_t stored = 0;
+      h5::check(H5Dget_chunk_storage_size(c.ds.get(), offset.data(), &stored), "looking up the chunk");
+      LT_CHECK(stored > 0, "the chunk is not stored in the file");
+      const std::size_t most = std::min(max_stored_chunk_bytes(c.chunk_bytes), std::size_t(file_bytes));
+      LT_CHECK(stored <= most, "the chunk index says the chunk takes ", stored, " bytes, more than a chunk of ",
+               c.chunk_bytes, " bytes can take in a file of ", file_bytes);
+      c.cached = -1;
+      c.stored.resize(std::size_t(stored));
+      uint32_t skipped = 0;
+      h5::check(H5Dread_chunk(c.ds.get(), H5P_DEFAULT, offset.data(), &skipped, c.stored.data()), "reading the chunk");
+      decode_stored_chunk(c.pipeline, skipped, c.element, c.stored.data(), c.stored.size(), c.chunk_bytes, c.data,
+                          c.scratch);
+      c.cached = k;
+      return c.data;
+    } catch (const Error& e) {
+      const int64_t first = k * c.chunk_rows;
+      std::string why = cat("/", c.name, " chunk ", k, " (rows ", first, "..", first + c.chunk_rows - 1, ") of '", path,
+                            "' cannot be decoded: ", e.what());
+      c.failed.emplace(k, why);
+      throw Error(why);
+    }
+  }
+
+  // `n` stored values at `src` (the column's file type) as `mem_type` at `dst`.
+  static void convert(const Column& c, hid_t mem_type, const std::byte* src, std::size_t n, void* dst) {
+    if (n == 0) return;
+    if (h5::check(H5Tequal(c.type.get(), mem_type), "comparing types of ", c.what) > 0) {
+      std::memcpy(dst, src, n * c.element);
+      return;
+    }
+    if (h5::is_bf16_type(c.type.get()) && H5Tequal(mem_type, H5T_NATIVE_FLOAT) > 0) {
+      auto* out = static_cast<float*>(dst);
+      for (std::size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        out[i] = bf16_to_float(b);
+      }
+      return;
+    }
+    const std::size_t msize = H5Tget_size(mem_type);
+    std::vector<std::byte> buf(n * std::max(msize, c.element));
+    std::memcpy(buf.data(), src, n * c.element);
+    h5::check(H5Tconvert(c.type.get(), mem_type, n, buf.data(), nullptr, H5P_DEFAULT), "converting ", c.what);
+    std::memcpy(dst, buf.data(), n * msize);
+  }
+
+  // Rows [t0, t1) of dataset `name` ([N, tail...]) as `mem_type` into `dst` ([t1 - t0, tail...]).
+  void read_rows(const std::string& name, int64_t t0, int64_t t1, hid_t mem_type, void* dst) const {
+    Column& c = column(name);
+    LT_CHECK(0 <= t0 && t0 <= t1 && t1 <= c.dims[0], "rows [", t0, ", ", t1, ") are outside ", c.what, " with ",
+             c.dims[0], " rows");
+    if (t0 == t1) return;
+    if (c.pipeline.empty()) {  // no filter: HDF5 reads it, and decodes nothing
+      std::vector<hsize_t> start(c.dims.size(), 0), count(c.dims.begin(), c.dims.end());
+      start[0] = hsize_t(t0);
+      count[0] = hsize_t(t1 - t0);
+      h5::Id file_space = h5::dataset_space(c.ds.get(), c.what);
+      h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+                "selecting rows ", t0, "..", t1, " of ", c.what);
+      h5::Id mem_space(h5::check(H5Screate_simple(int(count.size()), count.data(), nullptr), "memory space for ",
+                                 c.what),
+                       H5Sclose);
+      h5::check(H5Dread(c.ds.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst), "reading rows ",
+                t0, "..", t1, " of ", c.what);
+      return;
+    }
+    const std::size_t msize = H5Tget_size(mem_type);
+    auto* out = static_cast<std::byte*>(dst);
+    for (int64_t k = t0 / c.chunk_rows; k <= (t1 - 1) / c.chunk_rows; ++k) {
+      const std::vector<std::byte>& chunk = decoded(c, k);
+      const int64_t first = k * c.chunk_rows;
+      const int64_t a = std::max(t0, first), b = std::min(t1, first + c.chunk_rows);
+      convert(c, mem_type, chunk.data() + std::size_t(a - first) * c.row_elements * c.element,
+              std::size_t(b - a) * c.row_elements, out + std::size_t(a - t0) * c.row_elements * msize);
+    }
+  }
+
+  // Reads a whole 1-D dataset as `mem_type` (converted from the stored integer type).
   template <typename T>
   std::vector<T> read_1d(const std::string& name, hid_t mem_type) const {
-    h5::Id ds = h5::open_dataset(file.get(), name, cat("'", path, "'"));
-    const auto d = h5::dataset_dims(ds.get(), where(name));
-    LT_CHECK(d.size() == 1, where(name), " has rank ", d.size(), ", expected 1");
-    check_plausible(d[0], where(name));
-    std::vector<T> out(static_cast<std::size_t>(d[0]));
-    if (!out.empty())
-      h5::check(H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
-                "reading ", where(name));
+    const Column& c = column(name);
+    LT_CHECK(c.dims.size() == 1, c.what, " has rank ", c.dims.size(), ", expected 1");
+    check_plausible(c.dims[0], c.what);
+    std::vector<T> out(static_cast<std::size_t>(c.dims[0]));
+    read_rows(name, 0, c.dims[0], mem_type, out.data());
     return out;
   }
 
@@ -97,6 +264,22 @@ std::vector<std::string> ShardReader::hidden_filters() const {
   return h5::dataset_filters(ds.get(), impl_->where("hidden_states"));
 }
 
+std::vector<ChunkFilter> ShardReader::hidden_pipeline() const {
+  h5::Id ds = h5::open_dataset(impl_->file.get(), "hidden_states", cat("'", impl_->path, "'"));
+  return dataset_pipeline(ds.get(), impl_->where("hidden_states"));
+}
+
+std::size_t ShardReader::hidden_element_size() const {
+  h5::Id ds = h5::open_dataset(impl_->file.get(), "hidden_states", cat("'", impl_->path, "'"));
+  h5::Id type = h5::dataset_type(ds.get(), impl_->where("hidden_states"));
+  return H5Tget_size(type.get());
+}
+
+std::string ShardReader::hidden_encoding() const {
+  h5::Id ds = h5::open_dataset(impl_->file.get(), "hidden_states", cat("'", impl_->path, "'"));
+  return h5::has_attr(ds.get(), "encoding") ? h5::read_attr_string(ds.get(), "encoding") : "";
+}
+
 std::vector<Fp8Fidelity> ShardReader::fp8_fidelity() const {
   const Impl& m = *impl_;
   if (m.meta.dtype != DType::F8_E4M3) return {};
@@ -138,47 +321,30 @@ std::vector<uint8_t> ShardReader::loss_mask() const {
 
 std::vector<float> ShardReader::hidden_states(int64_t t0, int64_t t1) const {
   const Impl& m = *impl_;
-  const std::string what = m.where("hidden_states");
-  h5::Id ds = h5::open_dataset(m.file.get(), "hidden_states", cat("'", m.path, "'"));
-  const auto d = h5::dataset_dims(ds.get(), what);
+  const Impl::Column& hs = m.column("hidden_states");
+  const std::string& what = hs.what;
+  const auto& d = hs.dims;
   LT_CHECK(d.size() == 3, what, " has rank ", d.size(), ", expected 3 [T, P, H]");
   LT_CHECK(0 <= t0 && t0 <= t1 && t1 <= d[0], "rows [", t0, ", ", t1, ") are outside ", what,
            " with ", d[0], " rows");
-  LT_CHECK(d[1] <= kMaxDim && d[2] <= kMaxDim, what, " has dims ", format_shape(d), " beyond ", kMaxDim);
   m.check_plausible((t1 - t0) * d[1] * d[2], what);
   std::vector<float> out(std::size_t((t1 - t0) * d[1] * d[2]));  // [t1-t0, P, H]
   if (out.empty()) return out;
-  // Rows [t0, t1) of a dataset [T, tail...] into `dst` as `mem_type`.
-  const auto read_rows = [&](hid_t dataset, const std::string& name, hid_t mem_type, std::vector<hsize_t> count,
-                             void* dst) {
-    std::vector<hsize_t> start(count.size(), 0);
-    start[0] = hsize_t(t0);
-    h5::Id file_space = h5::dataset_space(dataset, name);
-    h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
-              "selecting rows ", t0, "..", t1, " of ", name);
-    h5::Id mem_space(h5::check(H5Screate_simple(int(count.size()), count.data(), nullptr), "memory space for ", name),
-                     H5Sclose);
-    h5::check(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst), "reading rows ", t0,
-              "..", t1, " of ", name);
-  };
-  const std::vector<hsize_t> count{hsize_t(t1 - t0), hsize_t(d[1]), hsize_t(d[2])};
   if (m.meta.dtype != DType::F8_E4M3) {
-    read_rows(ds.get(), what, H5T_NATIVE_FLOAT, count, out.data());  // HDF5 converts bf16 to float32
+    m.read_rows("hidden_states", t0, t1, H5T_NATIVE_FLOAT, out.data());  // bf16 converted to float32
     return out;
   }
   // float8: uint8 codes [n, P, H] and float32 scales [n, P].
-  const std::string scales_what = m.where("hidden_scales");
-  h5::Id scales = h5::open_dataset(m.file.get(), "hidden_scales", cat("'", m.path, "'"));
-  const auto sd = h5::dataset_dims(scales.get(), scales_what);
-  LT_CHECK(sd.size() == 2 && sd[0] == d[0] && sd[1] == d[1], scales_what, " has shape ", format_shape(sd),
+  const Impl::Column& scales = m.column("hidden_scales");
+  const auto& sd = scales.dims;
+  LT_CHECK(sd.size() == 2 && sd[0] == d[0] && sd[1] == d[1], scales.what, " has shape ", format_shape(sd),
            ", expected [T, P] = ", format_shape({d[0], d[1]}));
-  h5::Id type = h5::dataset_type(ds.get(), what);
-  LT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 1, what,
-           " of a float8 shard is stored as ", h5::describe_type(type.get()), ", expected uint8 codes");
+  LT_CHECK(H5Tget_class(hs.type.get()) == H5T_INTEGER && hs.element == 1, what, " of a float8 shard is stored as ",
+           h5::describe_type(hs.type.get()), ", expected uint8 codes");
   std::vector<uint8_t> codes(out.size());
   std::vector<float> row_scales(std::size_t((t1 - t0) * d[1]));
-  read_rows(ds.get(), what, H5T_NATIVE_UINT8, count, codes.data());
-  read_rows(scales.get(), scales_what, H5T_NATIVE_FLOAT, {count[0], count[1]}, row_scales.data());
+  m.read_rows("hidden_states", t0, t1, H5T_NATIVE_UINT8, codes.data());
+  m.read_rows("hidden_scales", t0, t1, H5T_NATIVE_FLOAT, row_scales.data());
   dequantize_fp8_rows(codes.data(), row_scales.data(), t1 - t0, d[1], d[2], out.data());
   return out;
 }

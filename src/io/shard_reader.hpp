@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/compression.hpp"
 #include "io/shard_writer.hpp"
 
 namespace layertap::io {
@@ -27,6 +28,9 @@ class ShardReader {
   std::string hidden_dtype() const;           // its stored type: "bfloat16", "float32",
                                               // "float8_e4m3fn" (uint8 codes of a float8 shard), ...
   std::vector<std::string> hidden_filters() const;  // its HDF5 filters: {}, {"shuffle", "lz4"}, ...
+  std::vector<ChunkFilter> hidden_pipeline() const;  // the same with their ids and parameters
+  std::size_t hidden_element_size() const;           // bytes of one stored value
+  std::string hidden_encoding() const;               // its "encoding" attribute ("" when absent)
   // float8 shards: each point's error against bf16 as the writer measured it (attributes of
   // /hidden_scales); empty for other storage types.
   std::vector<Fp8Fidelity> fp8_fidelity() const;
@@ -39,6 +43,14 @@ class ShardReader {
   std::vector<uint8_t> loss_mask() const;       // [T]
   // Rows [t0, t1) of /hidden_states converted to float32: [t1 - t0, P, H]. float8 codes are
   // multiplied by their /hidden_scales (in float32, as docs/FORMAT.md tells h5py users to).
+  //
+  // A filtered (compressed) dataset is never decoded by HDF5: each stored chunk is read raw and
+  // decoded by decode_stored_chunk() into exactly the size the dataset's chunk layout gives, so a
+  // chunk that decodes short or long, or declares another size (a decompression bomb), is an error
+  // naming the dataset, the chunk and the file, raised before anything of the declared size is
+  // allocated. The last chunk decoded of each dataset is kept, so reading consecutive row ranges
+  // (samples in order) decodes every chunk once; a chunk that failed fails again without being read.
+  // Not thread-safe (one reader per thread).
   std::vector<float> hidden_states(int64_t t0, int64_t t1) const;
 
   // Disagreements between the datasets and the attributes (lengths, shape, offsets that do not

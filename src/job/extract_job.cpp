@@ -233,7 +233,10 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   MpiGroups groups(world);
   int64_t done = 0;  // samples of `mine` already in kept shards (or skipped before them)
   if (world.is_writer() && state == OutputState::Resume) {
-    kept = keep_verified_shards(out, stem);
+    // The group's own samples: a kept shard must start at the first of them and stay inside.
+    kept = keep_verified_shards(out, stem, mine.empty() ? std::nullopt
+                                                        : std::optional<SampleRange>(SampleRange{
+                                                              mine.front().index, mine.back().index + 1}));
     if (!kept.empty()) {
       const int64_t last = kept.back().last_sample;
       while (done < int64_t(mine.size()) && mine[std::size_t(done)].index <= last) ++done;

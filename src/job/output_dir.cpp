@@ -13,6 +13,7 @@
 #include "core/log.hpp"
 #include "core/regular_file.hpp"
 #include "io/durable_file.hpp"
+#include "io/output_check.hpp"
 #include "io/progress.hpp"
 
 namespace layertap::job {
@@ -114,9 +115,17 @@ OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool o
 
   if (!earlier.empty() && resume && fs::exists(dir / "run.json")) {
     check_same_run(dir, read_json(dir / "run.json"), identity);
-    if (fs::exists(dir / "manifest.json")) {
-      if (read_json(dir / "manifest.json").value("complete", false)) return OutputState::AlreadyComplete;
-      fs::remove(dir / "manifest.json");  // it described the interrupted state; a new one comes at the end
+    if (fs::exists(fs::symlink_status(dir / "manifest.json", ec))) {
+      const json manifest = read_json(dir / "manifest.json");
+      const auto complete = manifest.is_object() ? manifest.find("complete") : manifest.end();
+      if (complete != manifest.end() && complete->is_boolean() && complete->get<bool>()) {
+        const std::vector<std::string> problems = complete_run_problems(dir);
+        if (problems.empty()) return OutputState::AlreadyComplete;
+        for (const std::string& p : problems) log_warn("resume: ", p);
+        log_warn("resume: the run in '", dir.string(), "' is marked complete but ", problems.size(),
+                 " finding(s) above say otherwise; what does not check out is recomputed");
+      }
+      fs::remove(dir / "manifest.json");  // it described an earlier state; a new one comes at the end
     }
     return OutputState::Resume;
   }
@@ -134,18 +143,66 @@ OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool o
   return OutputState::Fresh;
 }
 
-std::vector<io::ShardInfo> keep_verified_shards(const fs::path& dir, const std::string& stem) {
-  std::vector<io::ShardInfo> kept;
-  for (const io::ShardInfo& s : io::read_progress(dir, stem)) {
-    const fs::path file = dir / s.file;
-    const bool intact = fs::exists(file) && int64_t(fs::file_size(file)) == s.bytes && sha256_file(file.string()) == s.sha256;
-    if (!intact) {
-      log_warn("resume: shard ", file.string(), " is missing or changed since it was closed; it and the shards after it "
-               "are recomputed");
-      break;
-    }
-    kept.push_back(s);
+std::vector<std::string> complete_run_problems(const fs::path& dir) {
+  std::vector<std::string> problems;
+  io::Manifest m;
+  try {
+    m = io::read_manifest(dir);
+  } catch (const Error& e) {
+    return {cat("manifest.json cannot be trusted: ", e.what())};
   }
+  int64_t samples = 0, tokens = 0;
+  std::error_code ec;
+  for (const io::ManifestShard& s : m.shards) {
+    samples += s.samples;
+    tokens += s.tokens;
+    const fs::file_status st = fs::symlink_status(dir / s.file, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st)) {
+      problems.push_back(cat(s.file, ": not a regular file (a symlink, a directory or a special file)"));
+      continue;
+    }
+    const io::ShardFindings f = io::check_shard(dir, s, m, /*checksum=*/true);
+    problems.insert(problems.end(), f.problems.begin(), f.problems.end());
+  }
+  if (samples != m.total_samples || tokens != m.total_tokens)
+    problems.push_back(cat("manifest.json: its shards hold ", samples, " samples and ", tokens,
+                           " tokens, its totals say ", m.total_samples, " and ", m.total_tokens));
+  const json& dataset = m.raw.contains("dataset") ? m.raw.at("dataset") : json();
+  const json& skipped = m.raw.contains("skipped_samples") ? m.raw.at("skipped_samples") : json::array();
+  if (!dataset.is_object() || !dataset.contains("samples") || !dataset.at("samples").is_number_integer() ||
+      !skipped.is_array() || dataset.at("samples").get<int64_t>() != m.total_samples + int64_t(skipped.size()))
+    problems.push_back(cat("manifest.json: its shards hold ", m.total_samples, " samples and it lists ",
+                           skipped.is_array() ? skipped.size() : 0, " skipped, not the dataset's ",
+                           dataset.is_object() && dataset.contains("samples") ? dataset.at("samples").dump() : "?"));
+  return problems;
+}
+
+std::vector<io::ShardInfo> keep_verified_shards(const fs::path& dir, const std::string& stem,
+                                                std::optional<SampleRange> samples) {
+  // run.json holds this run's identity (prepare_output_dir checked it against this run's): kept
+  // shards must carry the same attributes.
+  const json run = read_json(dir / "run.json");
+  io::ResumeExpectation want;
+  if (samples) {
+    want.first_sample = samples->first;
+    want.end_sample = samples->end;
+  }
+  try {
+    want.point_ids = run.at("capture_point_ids").get<std::vector<int64_t>>();
+    want.storage_dtype = run.at("storage_dtype").get<std::string>();
+    want.compression = run.at("compression").get<std::string>();
+    want.config_sha256 = run.at("model_config_sha256").get<std::string>();
+    want.weights_fingerprint = run.at("model_weights_fingerprint").get<std::string>();
+    want.identity = true;
+  } catch (const json::exception& e) {
+    LT_FAIL("'", (dir / "run.json").string(), "' lacks this run's identity: ", e.what());
+  }
+  const io::ProgressCheck check = io::check_progress(dir, stem, io::read_progress(dir, stem), want);
+  if (check.dropped_at >= 0)
+    log_warn("resume: shard '", check.dropped_file, "' (entry ", check.dropped_at, " of ",
+             io::progress_path(dir, stem).string(), ") is not kept: ", check.why, "; it and the shards after it are "
+             "recomputed");
+  const std::vector<io::ShardInfo>& kept = check.kept;
   const std::regex mine(stem + R"(-\d+\.h5(\.tmp)?)");
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();

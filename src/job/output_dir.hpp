@@ -4,7 +4,9 @@
 //   shard-*.h5                  complete shards; *.h5.tmp are unfinished and never trusted
 //   manifest.json               written last; "complete": false after a graceful stop
 #pragma once
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,13 +45,31 @@ int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, 
 // World rank 0 only, before any shard is written. Creates the directory and proves it writable.
 // An earlier run in it is refused unless `overwrite` (its files are removed) or `resume`: then its
 // run.json must equal `identity` (the error names each key that differs) and an incomplete
-// manifest is removed. Writes run.json for a fresh run.
+// manifest is removed. A manifest that says the run is complete is re-checked first (every shard
+// it lists a regular file of its size and SHA-256, well-formed and agreeing with it, the totals
+// adding up): AlreadyComplete only when all of it checks out; otherwise each finding is logged as
+// a warning naming the shard, the manifest is removed and the answer is Resume, so the writers
+// recompute what does not check out (keep_verified_shards). Writes run.json for a fresh run.
 OutputState prepare_output_dir(const std::filesystem::path& dir, const nlohmann::json& identity, bool overwrite,
                                bool resume);
 
-// Writer only, on resume: the shards listed in the writer's progress record whose files still match
-// their size and SHA-256, in order, up to the first that does not. This writer's other shard and
-// temporary files are removed, so what follows is rewritten.
-std::vector<io::ShardInfo> keep_verified_shards(const std::filesystem::path& dir, const std::string& stem);
+// Why a manifest that says "complete" does not describe the files in `dir` (one line per finding,
+// each naming the shard or key); empty when it does. Reads every shard in full (SHA-256).
+std::vector<std::string> complete_run_problems(const std::filesystem::path& dir);
+
+// A writer's samples: dataset indices [first, end) (its data-parallel group's contiguous run).
+struct SampleRange {
+  int64_t first = 0, end = 0;
+};
+
+// Writer only, on resume: the shards listed in the writer's progress record that check out against
+// their files (io::check_progress: "<stem>-NNNNN.h5" names in order, regular files of the recorded
+// size and SHA-256, /sample_index equal to the recorded range, ranges contiguous from the first of
+// `samples` when given, attributes matching run.json), in order, up to the first that does not,
+// which is logged as a warning naming it and why. This writer's other shard and temporary files are
+// removed, so what follows is rewritten, and the record is rewritten to the kept shards. A record
+// that is not valid JSON of the right shape is refused naming the file.
+std::vector<io::ShardInfo> keep_verified_shards(const std::filesystem::path& dir, const std::string& stem,
+                                                std::optional<SampleRange> samples = std::nullopt);
 
 }  // namespace layertap::job

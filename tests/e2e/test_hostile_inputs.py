@@ -260,6 +260,28 @@ class Hostile(unittest.TestCase):
         self.assertIn("line 2", p.stderr)
         self.assertFalse((out / "manifest.json").exists())
 
+    # ---- resume: a progress record is data too ----
+
+    def test_malformed_progress_record_is_refused(self):
+        """A progress record of the wrong shape is refused naming the file and the key (the shards it
+        names are never trusted); one that is well-formed but untrue is recomputed (test_resilience)."""
+        out = self.tmp / "out" / "progress-record"
+        p, _ = self.extract(out=out, extra=["--shard-size-mib", "1"])
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        (out / "manifest.json").unlink()
+        rows = [
+            ("wrong type", {"closed_shards": [{"file": "shard-00000.h5", "samples": "many"}]},
+             ["shard.progress.json closed_shards[0]", "'samples'"]),
+            ("not a list", {"closed_shards": {"file": "shard-00000.h5"}}, ["shard.progress.json", "closed_shards"]),
+            ("negative", {"closed_shards": [{"file": "shard-00000.h5", "samples": -1, "tokens": 1, "first_sample": 0,
+                                              "last_sample": 0, "bytes": 1, "sha256": "0"}]},
+             ["shard.progress.json closed_shards[0]", "'samples' = -1 is outside"]),
+        ]
+        for name, record, expected in rows:
+            with self.subTest(name):
+                (out / "shard.progress.json").write_text(json.dumps(record))
+                self.expect_refused(expected, out=out, extra=["--resume", "--shard-size-mib", "1"])
+
 
 def main():
     global ARGS

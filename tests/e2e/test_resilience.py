@@ -10,6 +10,8 @@
   directory is refused.
 - NaN/Inf states: the job fails naming the sample, or skips and lists it (--on-nonfinite skip).
 - disk full (size-limited tmpfs): a clear error, complete shards kept, resumable once space is freed.
+- resume trusts only what checks out: lying progress records, entries outside the output directory,
+  complete runs whose shards were truncated or deleted are recomputed, never listed as done.
 All runs are seeded and bounded in time.
 """
 import argparse
@@ -202,6 +204,72 @@ class Resilience(unittest.TestCase):
         v = subprocess.run([ARGS.layertap, "verify", out, "--samples", "-1", "--model", model], capture_output=True,
                            text=True, timeout=120)
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
+    def test_resume_keeps_only_what_checks_out(self):
+        """--resume trusts no record it did not check: a progress record that lies about its last
+        sample, an entry naming ../x.h5 with a matching checksum, and a complete run whose shard was
+        truncated or deleted are each recomputed (a warning names the shard), never listed as done;
+        the final output equals the reference and verifies. An intact complete run is left alone."""
+        def progress(out):
+            return json.loads((out / "shard.progress.json").read_text())
+
+        def lie_about_last_sample(out):
+            p = progress(out)
+            last = p["closed_shards"][-1]
+            last["last_sample"] += 150
+            last["samples"] += 150
+            (out / "shard.progress.json").write_text(json.dumps(p))
+            return last["file"], "holds"
+
+        def outside_entry(out):
+            p = progress(out)
+            outside = out.parent / f"{out.name}-x.h5"
+            shutil.copy(out / p["closed_shards"][0]["file"], outside)  # same bytes: the checksum matches
+            p["closed_shards"][0]["file"] = f"../{outside.name}"
+            (out / "shard.progress.json").write_text(json.dumps(p))
+            return f"../{outside.name}", "names"
+
+        def truncate(out):
+            f = sorted(out.glob("shard-*.h5"))[1]
+            os.truncate(f, f.stat().st_size // 2)
+            return f.name, "bytes"
+
+        def delete(out):
+            f = sorted(out.glob("shard-*.h5"))[0]
+            f.unlink()
+            return f.name, "missing"
+
+        cases = [("lying progress record", "forward:20", lie_about_last_sample),
+                 ("../x.h5 in the progress record", "manifest:1", outside_entry),
+                 ("complete run, truncated shard", "", truncate),
+                 ("complete run, deleted shard", "", delete)]
+        for name, failpoint, tamper in cases:
+            with self.subTest(name):
+                out = self.tmp / ("trust-" + name.replace(" ", "-").replace("/", "").replace(".", ""))
+                p = self.run_job(1, out, [], failpoint=failpoint)
+                self.assertEqual(p.returncode != 0, bool(failpoint), p.stderr[-2000:])
+                self.assertGreaterEqual(len(progress(out)["closed_shards"]), 2, "the case needs closed shards")
+                outside = out.parent / f"{out.name}-x.h5"
+                shard, why = tamper(out)
+                p = self.run_job(1, out, ["--resume"], log_level="info")
+                self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+                self.assertNotIn("nothing to do", p.stderr + p.stdout)
+                self.assertIn(shard, p.stderr)
+                self.assertIn(why, p.stderr)
+                self.assertIn("recomputed", p.stderr)
+                self.assert_same_as_reference(out)
+                manifest = json.loads((out / "manifest.json").read_text())
+                self.assertTrue(all("/" not in s["file"] for s in manifest["shards"]), manifest["shards"])
+                if outside.exists():  # the file outside the output directory is neither listed nor touched
+                    self.assertEqual(outside.read_bytes(), (self.reference / "shard-00000.h5").read_bytes())
+                v = subprocess.run([ARGS.layertap, "verify", out, "--samples", "3"], capture_output=True, text=True,
+                                   timeout=300)
+                self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+                print(f"[resilience] {name}: {shard} recomputed; the output verifies")
+        # An intact complete run is checked and left as it is.
+        p = self.run_job(1, out, ["--resume"], log_level="info")
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertIn("already complete; nothing to do", p.stderr + p.stdout)
 
     def test_disk_full_keeps_complete_shards_and_resumes(self):
         mnt = self.tmp / "small-disk"

@@ -2,16 +2,22 @@
 """`layertap verify` passes a clean output and catches every corruption made by
 tools/corrupt_output.py: swapped points, a point shifted by one layer, `last` stored for
 `final`, a sample shifted by one token, two samples exchanged (these with the manifest's
-checksums updated, so only recomputation can tell), a truncated shard and a flipped byte."""
+checksums updated, so only recomputation can tell), a truncated shard and a flipped byte; storage
+that disagrees with the manifest (filters, dtype and compression attributes) and hostile compressed
+chunks (short, long, a 32 KB chunk declaring 1 GiB), each named by shard, dataset and chunk."""
 import argparse
 import collections
+import hashlib
 import json
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
+import zlib
 from pathlib import Path
 
 import h5py
@@ -228,6 +234,130 @@ class Verify(unittest.TestCase):
         p = self.verify(bad)
         self.assertEqual(p.returncode, 1, p.stdout)
         self.assertIn("recomputed states differ", p.stdout)
+
+    # ---- storage: the shard's real filters, dtype and attributes against the manifest, hostile chunks ----
+
+    def storage_output(self, compress):
+        out = self.tmp / f"compressed-{compress}"
+        if not out.exists():
+            subprocess.run([ARGS.layertap, "extract", "--model", self.model, "--data",
+                            Path(ARGS.fixtures) / "data" / "golden.jsonl", "--out", out, "--capture", CAPTURE,
+                            "--log-level", "warning", "--compress", compress], check=True)
+        return out
+
+    @staticmethod
+    def rechecksum(out):
+        """The manifest's bytes and sha256 made to match the shards again (so only the check under
+        test can tell)."""
+        manifest = json.loads((out / "manifest.json").read_text())
+        for s in manifest["shards"]:
+            raw = (out / s["file"]).read_bytes()
+            s["bytes"], s["sha256"] = len(raw), hashlib.sha256(raw).hexdigest()
+        manifest["totals"]["bytes"] = sum(s["bytes"] for s in manifest["shards"])
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+    def copy_of(self, src, name):
+        out = self.tmp / name
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(src, out)
+        return out
+
+    def test_storage_disagreeing_with_the_manifest_is_reported(self):
+        """inspect and verify compare each shard's actual filter pipeline (H5Pget_filter), its dtype
+        and compression attributes with the manifest, and report every disagreement."""
+        def manifest_key(key, value):
+            def edit(out):
+                m = json.loads((out / "manifest.json").read_text())
+                m[key] = value
+                (out / "manifest.json").write_text(json.dumps(m))
+            return edit
+
+        def shard_attr(key, value):
+            def edit(out):
+                with h5py.File(out / "shard-00000.h5", "r+") as h:
+                    h.attrs[key] = value
+                self.rechecksum(out)
+            return edit
+
+        rows = [  # (output, edit, expected in both outputs)
+            ("lz4", manifest_key("compression", "zstd:1"),
+             ["/hidden_states is filtered by [shuffle, lz4], manifest says compression zstd:1 ([shuffle, zstd:1])",
+              "compression attribute 'lz4', manifest says zstd:1"]),
+            ("zstd", manifest_key("compression", "zstd:5"),
+             ["/hidden_states is filtered by [shuffle, zstd:1], manifest says compression zstd:5"]),
+            ("none", manifest_key("compression", "gzip:1"),
+             ["/hidden_states is filtered by [], manifest says compression gzip:1 ([shuffle, deflate:1])"]),
+            ("lz4", manifest_key("compression", "brotli"), ["compression 'brotli'", "unknown compression"]),
+            ("gzip", shard_attr("compression", "none"),
+             ["shard-00000.h5: compression attribute 'none', manifest says gzip:1"]),
+            ("lz4", shard_attr("dtype", "float32"), ["shard-00000.h5: dtype attribute 'float32', manifest says bfloat16"]),
+            ("lz4", manifest_key("storage_dtype", "float32"),
+             ["/hidden_states is stored as bfloat16, manifest says float32",
+              "dtype attribute 'bfloat16', manifest says float32"]),
+        ]
+        for i, (compress, edit, expected) in enumerate(rows):
+            with self.subTest(compress=compress, row=i):
+                out = self.copy_of(self.good if compress == "none" else self.storage_output(compress), f"storage-row-{i}")
+                edit(out)
+                for cmd in (["verify", out, "--samples", "0"], ["inspect", out]):
+                    p = subprocess.run([ARGS.layertap, *map(str, cmd)], capture_output=True, text=True, timeout=120)
+                    self.assertEqual(p.returncode, 1, f"{cmd[0]}: {p.stdout}{p.stderr}")
+                    for part in expected:
+                        self.assertIn(part, p.stdout, f"{cmd[0]}: {p.stdout}")
+                    self.assertTrue(p.stdout.splitlines()[-1].startswith("FAILED"), f"{cmd[0]}: {p.stdout}")
+
+    def test_hostile_chunks_are_refused_naming_shard_dataset_and_chunk(self):
+        """A stored chunk that decodes short, decodes long or declares 1 GiB (a 32 KB bomb) is a
+        problem naming the shard, /hidden_states and the chunk, found in seconds and without
+        allocating what it declares; verify reads every other shard as before."""
+        def be(v, n):
+            return v.to_bytes(n, "big")
+
+        def lz4_literals(n):  # one LZ4 block of n literals: decodes to exactly n bytes
+            extra, rest = divmod(n - 15, 255)
+            return bytes([0xF0]) + b"\xff" * extra + bytes([rest]) + bytes(n)
+
+        def zstd_rle(total, declare):  # RLE blocks of 128 KiB: 1 GiB in 32 KB
+            head = b"\x28\xb5\x2f\xfd" + (b"\xe0" + total.to_bytes(8, "little") if declare else b"\x00\x38")
+            blocks, size = total // (128 << 10), 128 << 10
+            return head + b"".join(((1 if b + 1 == blocks else 0) | 2 | (size << 3)).to_bytes(3, "little") + b"\0"
+                                   for b in range(blocks))
+
+        gib = 1 << 30
+        rows = [  # (compression, stored chunk from its decoded size, expected in verify's output)
+            ("lz4", lambda n: be(gib, 8) + be(gib, 4) + be(32768, 4) + bytes(32768), "declares 1073741824 decoded bytes"),
+            ("lz4", lambda n: be(n, 8) + be(n, 4) + be(len(lz4_literals(n - 100)), 4) + lz4_literals(n - 100), "(short)"),
+            ("lz4", lambda n: be(n, 8) + be(n, 4) + be(len(lz4_literals(n + 100)), 4) + lz4_literals(n + 100),
+             "decodes to more than"),
+            ("zstd", lambda n: zstd_rle(gib, True), "declares 1073741824 decoded bytes"),
+            ("zstd", lambda n: zstd_rle(gib, False), "decodes to more than"),
+            ("zstd", lambda n: zstd_rle((n // (128 << 10) - 1) * (128 << 10), False), "(short)"),
+            ("gzip", lambda n: zlib.compress(bytes(n - 100)), "(short)"),
+            ("gzip", lambda n: zlib.compress(bytes(64 << 20), 9), "decodes to more than"),
+            ("gzip", lambda n: zlib.compress(bytes(n))[: n // 2000], "truncated"),
+        ]
+        for compress, chunk, expected in rows:
+            with self.subTest(compress=compress, expected=expected):
+                out = self.copy_of(self.storage_output(compress), f"chunk-{compress}-{expected[:12].strip('()')}")
+                with h5py.File(out / "shard-00000.h5", "r+") as h:
+                    ds = h["hidden_states"]
+                    n = ds.chunks[0] * ds.chunks[1] * ds.chunks[2] * ds.id.get_type().get_size()
+                    ds.id.write_direct_chunk((0, 0, 0), chunk(n))
+                self.rechecksum(out)
+                t0 = time.monotonic()
+                p = subprocess.run([ARGS.layertap, "verify", out, "--samples", "-1"], capture_output=True, text=True,
+                                   timeout=120)
+                seconds = time.monotonic() - t0
+                self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+                line = next((l for l in p.stdout.splitlines() if "chunk 0" in l), "")
+                for part in ("PROBLEM shard-00000.h5", "/hidden_states chunk 0 (rows 0..", "shard-00000.h5' cannot be decoded",
+                             expected):
+                    self.assertIn(part, line, p.stdout)
+                self.assertEqual(p.stdout.count("chunk 0 (rows"), 1, p.stdout)  # each chunk is read once
+                self.assertLess(seconds, 60, p.stdout)
+                self.assertTrue(p.stdout.splitlines()[-1].startswith("FAILED"), p.stdout)
+        # Whatever the chunks declared, no verify process came near the 1 GiB they claimed.
+        self.assertLess(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 1 << 20)
 
     def test_missing_manifest(self):
         out = self.corrupted("swap-points", 0, 0)
