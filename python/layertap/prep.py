@@ -9,39 +9,61 @@ Each conversation is rendered with the model directory's own tokenizer and chat 
 files only) and tokenized as ``apply_chat_template(..., tokenize=True)`` would
 (``add_special_tokens=False``: the template writes any BOS itself).
 
-The loss mask is derived by rendering, not by patterns over the template. For assistant turn j:
+The loss mask is 1 exactly on what the assistant generates, decided on that full rendering and
+found by rendering, never by patterns of a template. For assistant turn j:
 
-1. ``P`` = the conversation up to turn j rendered with ``add_generation_prompt=True``: the text
-   before the assistant starts producing (the role header included). The full rendering must
-   begin with ``P``.
-2. ``A`` = the conversation up to and including turn j. When the full rendering begins with
-   ``A``, the turn is the characters ``[len(P), len(A))``; otherwise (a template that renders
-   earlier turns differently once later ones follow) the turn runs from ``len(P)`` to its first
-   end-of-turn token.
-3. A token belongs to the turn when its first character does. In the turn, the mask is 1 on
-   every token up to and including the first end-of-turn token (the tokenizer's EOS and the
-   model's ``generation_config.json`` EOS ids, plus ``--eot``), and 0 on what the template
-   writes after it (for ChatML the newline after ``<|im_end|>``). A turn with no end-of-turn
-   token is masked whole.
+1. Where its content lies: the full conversation is rendered again twice with turn j's content
+   replaced by two different strings; the text that changes is the content as the template
+   writes it (``[a, b)``). Varying the whole conversation, not a prefix, is what keeps this true
+   for templates that rewrite earlier turns once later ones follow (Qwen3 drops reasoning). The
+   two stand-ins must render as themselves at one place with nothing else changed.
+2. Where the turn starts: after its role header, which is the generation prompt
+   (``add_generation_prompt`` of the conversation before turn j) as far as the finished turn
+   agrees with it, character by character, and never past ``a``. A finished turn may lack part
+   of the prompt (Qwen3 with ``enable_thinking=false`` prompts with an empty think block that
+   earlier turns do not have); what the prompt holds is never generated (Kimi-K2.5 prompts with
+   ``<think>``, so the reasoning after it is). The header is looked for where the conversation
+   before turn j ends in the full rendering; when the template renders that part differently
+   (consecutive assistant turns, assistant-first conversations) it is the closest longest match
+   of the prompt before ``a``. A template without a generation prompt (Llama-2) starts the turn
+   where the previous message ends.
+3. Where the turn ends: through the first end-of-turn token from ``b`` on (the tokenizer's EOS,
+   the EOS ids of ``generation_config.json``, ``--eot``), so tool calls and closing tags the
+   template writes after the content belong to the turn, and an end-of-turn token written as
+   text inside the content does not end it. A turn with no end-of-turn token runs to where the
+   next message starts.
+4. A token is 1 when any of its characters lies in a turn (transformers' rule for
+   ``{% generation %}`` spans): a token that straddles the header and the content (``"\\n\\n"``
+   after ``assistant\\n``) is 1.
 
 Truncation (``--max-tokens N``): a longer conversation keeps its first N tokens and mask
 entries; it is then rejected if no assistant token remains. Rejected and malformed records are
 reported by line number (on stderr and in ``--report``) and counted; none is dropped silently.
+A record is a line of bytes, checked against ``--max-record-bytes`` before it is decoded or
+parsed; invalid UTF-8, lone surrogates, numbers Python cannot read and nesting too deep to parse
+are that record's refusal, never the run's. A problem of the whole run (an input, model or output
+path that cannot be used, a broken tokenizer file) is one line naming the file, with exit code 2.
+``--workers N`` renders in N forked processes; the output is the same bytes in the same order.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
+import multiprocessing
 import os
+import re
+import reprlib
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = ["load_tokenizer", "end_of_turn_ids", "normalize_record", "Renderer", "RecordError",
-           "prepare", "main"]
+           "RunError", "prepare", "main", "DEFAULT_MAX_RECORD_BYTES"]
 
 SHAREGPT_ROLES = {
     "human": "user", "user": "user",
@@ -51,21 +73,93 @@ SHAREGPT_ROLES = {
     "tool": "tool", "function": "tool", "observation": "tool",
 }
 OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
+# Two stand-ins for an assistant's content that differ in their first and last characters, so
+# the text that differs from the real rendering in either is exactly what the content decides.
+VARIANTS = ("Xq7", "Jw4")
+
+
+# A record is at most this many bytes (its line, without the newline) unless --max-record-bytes
+# says otherwise; longer lines are refused before they are decoded or parsed.
+DEFAULT_MAX_RECORD_BYTES = 16 << 20
 
 
 class RecordError(ValueError):
     """A conversation that cannot be prepared; the message says why."""
 
 
-# ---- tokenizer -------------------------------------------------------------------------------
-def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None):
-    """The model directory's tokenizer, from local files only. A directory holding a single
-    ``.gguf`` file and no tokenizer files is read through transformers' GGUF support."""
-    from transformers import AutoTokenizer
+class RunError(Exception):
+    """A problem of the whole run (a path that cannot be read or written, a broken tokenizer
+    file): one line naming the file, exit code 2."""
 
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = _REPR.maxdict = 4
+_REPR.maxlevel = 3
+
+
+def _short(v: Any) -> str:
+    """A bounded repr of a value from the input, for messages (a role may be a 10 MB list)."""
+    return _REPR.repr(v)
+
+
+def _json_type(v: Any) -> str:
+    """What a decoded JSON value is, in JSON's words."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def _one_line(msg: str, limit: int = 500) -> str:
+    """A message as one bounded line: control characters (newlines from a template's error,
+    escapes from the input) written as Python escapes."""
+    msg = str(msg)
+    if len(msg) > limit:
+        msg = msg[:limit] + "..."
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in msg)
+
+
+# ---- tokenizer -------------------------------------------------------------------------------
+def _tokenizer_code(d: Path) -> str | None:
+    """The class a model directory ships as code for its tokenizer (``auto_map`` in
+    tokenizer_config.json), when transformers has no class of that name to load instead."""
+    import transformers
+
+    cfg = d / "tokenizer_config.json"
+    try:
+        conf = json.loads(cfg.read_text()) if cfg.is_file() else {}
+        auto = conf.get("auto_map") or {}
+        names = auto.get("AutoTokenizer")
+    except (ValueError, AttributeError, OSError, RecursionError):
+        return None         # a broken file: loading it says which
+    if isinstance(names, list):
+        names = next((n for n in names if n), None)
+    if not isinstance(names, str):
+        return None
+    own = conf.get("tokenizer_class")
+    return None if isinstance(own, str) and hasattr(transformers, own) else names
+
+
+def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None,
+                   trust_remote_code: bool = False):
+    """The model directory's tokenizer, from local files only. A directory holding a single
+    ``.gguf`` file and no tokenizer files is read through transformers' GGUF support. A tokenizer
+    shipped as code (``auto_map`` in tokenizer_config.json) needs ``trust_remote_code``."""
     d = Path(model_dir)
     if not d.is_dir():
         raise FileNotFoundError(f"--model {d}: not a directory")
+    from transformers import AutoTokenizer
+
     if gguf_file is None:
         has_tok = any((d / n).exists() for n in ("tokenizer.json", "tokenizer_config.json",
                                                 "tokenizer.model", "vocab.json"))
@@ -76,46 +170,147 @@ def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None):
             raise FileNotFoundError(
                 f"--model {d}: no tokenizer files (tokenizer.json, tokenizer_config.json) "
                 f"{'and several .gguf files: pass --gguf' if ggufs else 'and no .gguf file'}")
-    kw = {"local_files_only": True}
+    code = _tokenizer_code(d)
+    if code and not trust_remote_code:
+        raise ValueError(f"{d}: the tokenizer is code shipped with the model ({code}, named by "
+                         "auto_map in tokenizer_config.json); pass --trust-remote-code to load "
+                         "it (this runs the model directory's Python)")
+    kw: dict[str, Any] = {"local_files_only": True}
     if gguf_file:
         kw["gguf_file"] = gguf_file
-    tok = AutoTokenizer.from_pretrained(str(d), **kw)
-    if not getattr(tok, "is_fast", False):
-        raise ValueError(f"{d}: the tokenizer is not a fast (Rust) tokenizer; layertap-prep "
-                         "needs character offsets to place turns")
+    if trust_remote_code:
+        kw["trust_remote_code"] = True
+    try:
+        tok = AutoTokenizer.from_pretrained(str(d), **kw)
+    except Exception as e:      # transformers and tokenizers raise anything, naming no file
+        raise ValueError(_why_tokenizer_fails(d, gguf_file, e)) from None
+    if not getattr(tok, "is_fast", False) and _byte_source(tok) is None:
+        raise ValueError(f"{d}: the tokenizer is neither a fast (Rust) tokenizer nor a tiktoken "
+                         "or byte-level one; layertap-prep needs each token's characters to "
+                         "place turns")
     if not tok.chat_template:
         raise ValueError(f"{d}: the tokenizer has no chat template")
+    _check_template(tok, d, gguf_file)
     return tok
+
+
+# the files a tokenizer is loaded from that must be JSON objects
+_TOKENIZER_JSON = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json",
+                   "added_tokens.json", "chat_template.json", "config.json")
+
+
+def _json_file_problem(path: Path) -> str | None:
+    """Why a JSON file cannot be read as an object, or None."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return f"{path}: cannot be read ({e.strerror or e})"
+    try:
+        obj = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        return f"{path}: not valid UTF-8 (byte {e.start})"
+    except json.JSONDecodeError as e:
+        ends = ("; the file ends inside this string" if e.msg.startswith("Unterminated string")
+                else "; the file ends there" if e.pos >= len(e.doc) else "")
+        return f"{path}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg}{ends})"
+    except (ValueError, RecursionError) as e:
+        return f"{path}: not readable JSON ({e})"
+    if not isinstance(obj, dict):
+        return f"{path}: expected a JSON object, found {_json_type(obj)}"
+    return None
+
+
+def _why_tokenizer_fails(d: Path, gguf_file: str | None, err: Exception) -> str:
+    """One line naming the file that keeps the tokenizer from loading: the first tokenizer file
+    that is not a JSON object, or tokenizer.json if the tokenizers library cannot read it; else
+    the directory and transformers' own message."""
+    for name in _TOKENIZER_JSON:
+        f = d / name
+        if f.is_file() and (why := _json_file_problem(f)):
+            return why
+    if (d / "tokenizer.json").is_file() and not gguf_file:
+        try:
+            from tokenizers import Tokenizer
+            Tokenizer.from_file(str(d / "tokenizer.json"))
+        except Exception as e:
+            return f"{d / 'tokenizer.json'}: not a tokenizer the tokenizers library can read ({e})"
+    where = d / gguf_file if gguf_file else d
+    return f"{where}: the tokenizer cannot be loaded ({type(err).__name__}: {err})"
+
+
+def _check_template(tok, d: Path, gguf_file: str | None) -> None:
+    """A chat template that is not valid Jinja is the run's problem, named by its file, not a
+    refusal of every record."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:            # another transformers: the records will say it
+        return
+    templates = tok.chat_template
+    templates = templates.values() if isinstance(templates, dict) else [templates]
+    for t in templates:
+        if not isinstance(t, str):
+            continue
+        try:
+            _compile_jinja_template(t)
+        except Exception as e:
+            where = next((d / n for n in ("chat_template.jinja", "chat_template.json")
+                          if (d / n).is_file()),
+                         d / gguf_file if gguf_file else d / "tokenizer_config.json")
+            line = getattr(e, "lineno", None)
+            raise ValueError(f"{where}: the chat template is not valid Jinja"
+                             f"{f' (line {line})' if line else ''}: {e}") from None
+
+
+def _byte_source(tok):
+    """How a slow tokenizer spells a token id as bytes: a tiktoken Encoding (``tok.model``, as
+    Kimi's TikTokenTokenizer keeps it) or a GPT-2 style byte decoder; None if neither."""
+    enc = getattr(tok, "model", None)
+    if callable(getattr(enc, "decode_single_token_bytes", None)):
+        return ("tiktoken", enc)
+    if isinstance(getattr(tok, "byte_decoder", None), dict):
+        return ("bytelevel", tok.byte_decoder)
+    return None
 
 
 def end_of_turn_ids(tok, model_dir: str | os.PathLike | None = None,
                     extra: list[str] | None = None) -> set[int]:
     """Token ids that end an assistant turn: the tokenizer's EOS, the EOS ids of the model's
-    generation_config.json, and ``extra`` (token strings or ids)."""
+    generation_config.json, and ``extra`` (token strings of the vocabulary, or ids)."""
     ids: set[int] = set()
     if tok.eos_token_id is not None:
         ids.add(int(tok.eos_token_id))
     if model_dir is not None:
         gc = Path(model_dir) / "generation_config.json"
         if gc.is_file():
-            eos = json.loads(gc.read_text()).get("eos_token_id")
-            if isinstance(eos, int):
+            if why := _json_file_problem(gc):
+                raise ValueError(why)
+            eos = json.loads(gc.read_bytes().decode("utf-8-sig")).get("eos_token_id")
+            if isinstance(eos, int) and not isinstance(eos, bool):
                 ids.add(eos)
             elif isinstance(eos, list):
-                ids.update(int(e) for e in eos if isinstance(e, int))
+                ids.update(int(e) for e in eos if isinstance(e, int) and not isinstance(e, bool))
+    vocab = None
     for e in extra or []:
-        if str(e).isdigit():
+        e = str(e)
+        if e.isascii() and e.isdigit():       # a number is an id
+            if int(e) >= len(tok):
+                raise ValueError(f"--eot {e}: not an id of this tokenizer (it has {len(tok)})")
             ids.add(int(e))
             continue
-        i = tok.convert_tokens_to_ids(e)
-        if i is None or i == tok.unk_token_id:
-            raise ValueError(f"--eot {e!r} is not a token of this tokenizer")
-        ids.add(int(i))
+        if vocab is None:
+            vocab = {**tok.get_vocab(), **getattr(tok, "added_tokens_encoder", {})}
+        # looked up in the vocabulary, not through convert_tokens_to_ids: that maps unknown
+        # strings to the unk id, which is also a real token (SmolLM2's <|endoftext|> is id 0)
+        if e not in vocab:
+            raise ValueError(f"--eot {e!r} is not a token of this tokenizer's vocabulary")
+        ids.add(int(vocab[e]))
     return ids
 
 
 # ---- records ---------------------------------------------------------------------------------
-def _text(content: Any, where: str) -> str:
+def _text(content: Any, where: str) -> str | None:
+    if content is None:        # OpenAI tool-call turns: the template sees no content
+        return None
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -125,18 +320,26 @@ def _text(content: Any, where: str) -> str:
                 parts.append(part)
             elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
                 parts.append(part["text"])
+            elif isinstance(part, dict) and part.get("type") == "text":
+                raise RecordError(f"{where}: content part {k} is a text part whose \"text\" is "
+                                  f"{_json_type(part.get('text'))}, not a string")
             else:
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise RecordError(f"{where}: content part {k} is {kind!r}; only text is supported")
+                if not isinstance(part, dict):
+                    kind = _json_type(part)
+                elif isinstance(part.get("type"), str):
+                    kind = _short(part["type"])
+                else:
+                    kind = f"an object whose \"type\" is {_json_type(part.get('type'))}"
+                raise RecordError(f"{where}: content part {k} is {kind}; only text is supported")
         return "".join(parts)
     raise RecordError(f"{where}: content must be a string or a list of text parts, "
-                      f"found {type(content).__name__}")
+                      f"found {_json_type(content)}")
 
 
 def normalize_record(rec: Any) -> tuple[list[dict], Any]:
     """(messages with ``role``/``content``, id or None) for a ShareGPT or OpenAI-style record."""
     if not isinstance(rec, dict):
-        raise RecordError(f"expected a JSON object, found {type(rec).__name__}")
+        raise RecordError(f"expected a JSON object, found {_json_type(rec)}")
     if "messages" in rec and "conversations" in rec:
         raise RecordError("has both \"messages\" and \"conversations\"")
     key = "messages" if "messages" in rec else "conversations" if "conversations" in rec else None
@@ -144,16 +347,19 @@ def normalize_record(rec: Any) -> tuple[list[dict], Any]:
         raise RecordError("no \"conversations\" (ShareGPT) or \"messages\" (OpenAI) list")
     turns = rec[key]
     if not isinstance(turns, list) or not turns:
-        raise RecordError(f"\"{key}\" must be a non-empty list")
+        raise RecordError(f"\"{key}\" must be a non-empty list, found "
+                          f"{'an empty array' if turns == [] else _json_type(turns)}")
     messages = []
     for i, t in enumerate(turns):
         where = f"{key}[{i}]"
         if not isinstance(t, dict):
-            raise RecordError(f"{where}: expected an object, found {type(t).__name__}")
+            raise RecordError(f"{where}: expected an object, found {_json_type(t)}")
         if "role" in t:
             role = t["role"]
+            if not isinstance(role, str):
+                raise RecordError(f"{where}: \"role\" must be a string, found {_json_type(role)}")
             if role not in OPENAI_ROLES:
-                raise RecordError(f"{where}: unknown role {role!r}")
+                raise RecordError(f"{where}: unknown role {_short(role)}")
             role = "system" if role == "developer" else role
             if "content" not in t:
                 raise RecordError(f"{where}: no \"content\"")
@@ -161,9 +367,11 @@ def normalize_record(rec: Any) -> tuple[list[dict], Any]:
             msg.update(role=role, content=_text(t["content"], where))
         elif "from" in t:
             frm = t["from"]
-            role = SHAREGPT_ROLES.get(str(frm).lower()) if isinstance(frm, str) else None
+            if not isinstance(frm, str):
+                raise RecordError(f"{where}: \"from\" must be a string, found {_json_type(frm)}")
+            role = SHAREGPT_ROLES.get(frm.lower())
             if role is None:
-                raise RecordError(f"{where}: unknown \"from\" {frm!r}")
+                raise RecordError(f"{where}: unknown \"from\" {_short(frm)}")
             if "value" not in t:
                 raise RecordError(f"{where}: no \"value\"")
             msg = {"role": role, "content": _text(t["value"], where)}
@@ -174,17 +382,80 @@ def normalize_record(rec: Any) -> tuple[list[dict], Any]:
         raise RecordError("no assistant turn")
     rid = rec.get("id", rec.get("conversation_id"))
     if rid is not None and not isinstance(rid, (str, int)) or isinstance(rid, bool):
-        raise RecordError(f"\"id\" must be a string or an integer, found {type(rid).__name__}")
+        raise RecordError(f"\"id\" must be a string or an integer, found {_json_type(rid)}")
+    if isinstance(rid, int) and not -2**63 <= rid < 2**64:
+        raise RecordError(f"\"id\" {_short(rid)} does not fit in 64 bits, as layertap extract "
+                          "reads integer ids; write it as a string")
     return messages, rid
 
 
+# JSON escapes that can decode to a surrogate (a lone one is not text: no tokenizer, no UTF-8
+# output can take it); only lines holding one are searched after parsing
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(rec: Any) -> str | None:
+    """Where a parsed record holds a string (a value or a key) with a lone surrogate, or None.
+    Iterative, so no nesting depth json accepted can exhaust the stack."""
+    stack = [(rec, "the record")]
+    while stack:
+        v, where = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return where
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if _SURROGATE.search(k):
+                    return f"a key of {where}"
+                stack.append((x, k if where == "the record" else f"{where}.{k}"))
+        elif isinstance(v, list):
+            stack.extend((x, f"{where}[{i}]") for i, x in enumerate(v))
+    return None
+
+
 # ---- rendering -------------------------------------------------------------------------------
+def _common_prefix(a: str, b: str, limit: int | None = None) -> int:
+    """Length of the common prefix of a and b (at most ``limit``), by bisection on C-level
+    slice comparisons rather than a Python loop over characters."""
+    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n                                 # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _common_suffix(a: str, b: str, limit: int) -> int:
+    la, lb = len(a), len(b)
+    n = min(la, lb, limit)
+    if a[la - n:] == b[lb - n:]:
+        return n
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[la - mid:la - lo] == b[lb - mid:lb - lo]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+_CONTINUATION = bytes(range(0x80, 0xC0))
+
+
 @dataclass
 class Rendered:
     input_ids: list[int]
     loss_mask: list[int]
     text: str
     turns: list[tuple[int, int]] = field(default_factory=list)   # token [first, last] masked
+    spans: list[tuple[int, int]] = field(default_factory=list)   # characters [start, end)
 
 
 class Renderer:
@@ -194,69 +465,183 @@ class Renderer:
         self.tok = tok
         self.eot_ids = set(eot_ids)
         self.kw = dict(template_kwargs or {})
+        self.fast = bool(getattr(tok, "is_fast", False))
+        self.bytes_of = None if self.fast else _byte_source(tok)
+        # the generation prompt of a one-message conversation: the header of a turn whose
+        # preceding conversation cannot be rendered alone (an assistant-first conversation)
+        self.probe_prompt = ""
+        try:
+            probe = [{"role": "user", "content": "x"}]
+            q, p = self.render_text(probe, False), self.render_text(probe, True)
+            if p.startswith(q):
+                self.probe_prompt = p[len(q):]
+        except Exception:
+            pass
 
     def render_text(self, messages: list[dict], generation_prompt: bool) -> str:
         return self.tok.apply_chat_template(messages, tokenize=False,
                                             add_generation_prompt=generation_prompt, **self.kw)
+
+    # -- tokens and their characters
+    def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        if self.fast:
+            enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
+            return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        ids = list(self.tok(text, add_special_tokens=False)["input_ids"])
+        kind, src = self.bytes_of
+        pieces = []
+        for i in ids:
+            try:
+                if kind == "tiktoken":
+                    b = src.decode_single_token_bytes(i)
+                else:
+                    b = bytes(src[c] for c in self.tok.convert_ids_to_tokens(i))
+            except (KeyError, ValueError):           # an added token outside the byte vocabulary
+                b = str(self.tok.convert_ids_to_tokens(i)).encode("utf-8")
+            pieces.append(b)
+        if b"".join(pieces) != text.encode("utf-8"):
+            raise RecordError("the tokenizer's tokens do not spell the rendered text, so their "
+                              "characters are unknown")
+        # a token's characters: those its bytes start or continue (a character split between
+        # tokens belongs to both, as in the fast tokenizers' byte-level offsets)
+        offsets, chars = [], 0
+        for b in pieces:
+            started = len(b.translate(None, _CONTINUATION))
+            start = chars - 1 if b and 0x80 <= b[0] < 0xC0 else chars
+            chars += started
+            offsets.append((max(start, 0), chars))
+        return ids, offsets
+
+    # -- where assistant turn j's content lies in the full rendering
+    def _content_span(self, messages: list[dict], j: int, full: str) -> tuple[int, int]:
+        others = []
+        for v in VARIANTS:
+            alt = list(messages)
+            alt[j] = {**messages[j], "content": v}
+            try:
+                others.append(self.render_text(alt, False))
+            except Exception as e:
+                raise RecordError(f"turn {j}: the chat template fails when this assistant turn's "
+                                  f"content is changed ({e}), so the content cannot be located") from None
+        (x, y), (vx, vy) = others, VARIANTS
+        if x == y:
+            raise RecordError(f"turn {j}: the chat template does not render this assistant turn's "
+                              "content, so the turn cannot be located")
+        # the two stand-ins must render as themselves, once, with nothing else changed: else the
+        # text that differs is not only this turn's content
+        at = _common_prefix(x, y)
+        if x[at:at + len(vx)] != vx or y[at:at + len(vy)] != vy or x[at + len(vx):] != y[at + len(vy):]:
+            raise RecordError(f"turn {j}: the chat template writes this assistant turn's content "
+                              "more than once or derives other text from it, so the turn cannot "
+                              "be located")
+        cp, cs = len(full), len(full)
+        for other in others:
+            p = _common_prefix(full, other)
+            cp = min(cp, p)
+            cs = min(cs, _common_suffix(full, other, min(len(full), len(other)) - p))
+        return cp, len(full) - cs
+
+    def _prompt(self, messages: list[dict], j: int, full: str, cache: dict):
+        """(the generation prompt before turn j, where the conversation before turn j ends in
+        the full rendering, or None where the full rendering does not begin with it)."""
+        if j == 0:
+            return self.probe_prompt, None
+        q, p = self._render_cached(messages, j, False, cache), self._render_cached(messages, j, True, cache)
+        start = len(q) if q is not None and full.startswith(q) else None
+        if q is not None and p is not None and p.startswith(q):
+            return p[len(q):], start
+        return self.probe_prompt, start
+
+    def _render_cached(self, messages, k, gen, cache):
+        if (k, gen) not in cache:
+            try:
+                cache[k, gen] = self.render_text(messages[:k], gen)
+            except Exception:           # a prefix the template refuses (roles must alternate)
+                cache[k, gen] = None
+        return cache[k, gen]
 
     def __call__(self, messages: list[dict]) -> Rendered:
         try:
             full = self.render_text(messages, False)
         except Exception as e:  # jinja raise_exception, missing keys, ...
             raise RecordError(f"the chat template refused the conversation: {e}") from None
-        enc = self.tok(full, add_special_tokens=False, return_offsets_mapping=True)
-        ids = list(enc["input_ids"])
-        offsets = [tuple(o) for o in enc["offset_mapping"]]
+        ids, offsets = self.encode(full)
         if not ids:
             raise RecordError("the conversation renders to no tokens")
         starts = [s for s, _ in offsets]
-        mask = [0] * len(ids)
-        turns = []
-        for j, m in enumerate(messages):
-            if m["role"] != "assistant":
-                continue
-            try:
-                prefix = self.render_text(messages[:j], True)
-            except Exception as e:
-                raise RecordError(f"turn {j}: the chat template cannot render the conversation "
-                                  f"before it with a generation prompt ({e})") from None
-            if not full.startswith(prefix):
-                raise RecordError(
-                    f"turn {j}: the template renders the conversation before this assistant "
-                    "turn (with its generation prompt) differently from the full conversation, "
-                    "so where the turn starts is not defined")
-            begin = len(prefix)
-            try:
-                upto = self.render_text(messages[: j + 1], False)
-            except Exception:
-                upto = None
-            end = len(upto) if upto is not None and full.startswith(upto) and len(upto) > begin else None
-            # tokens whose first character lies in the turn
-            first = next((t for t, s in enumerate(starts) if s >= begin), len(ids))
-            if first > 0 and offsets[first - 1][1] > begin and offsets[first - 1][0] < begin:
-                raise RecordError(f"turn {j}: token {first - 1} spans the role header and the "
-                                  "content; the turn cannot be separated at a token boundary")
-            if end is not None:
-                last = first
-                while last < len(ids) and starts[last] < end:
-                    last += 1
-                span = range(first, last)                       # [first, last)
-                stop = next((t for t in span if ids[t] in self.eot_ids), None)
-                if stop is not None:
-                    span = range(first, stop + 1)
+        cache: dict = {}
+        turns = [j for j, m in enumerate(messages) if m["role"] == "assistant"]
+        content = {j: self._content_span(messages, j, full) for j in turns}
+        spans, prev_end = [], 0
+        for n, j in enumerate(turns):
+            a, b = content[j]
+            prompt, start = self._prompt(messages, j, full, cache)
+            if a < prev_end or (start is not None and start > a):
+                raise RecordError(f"turn {j}: the template writes text before this assistant turn "
+                                  "that depends on its content, so where the turn starts is not "
+                                  "defined")
+            if start is not None:
+                head = start if not prompt else start + _common_prefix(prompt, full[start:a])
+                if prompt and head == start:
+                    head = a                   # a header unlike the generation prompt
             else:
-                stop = next((t for t in range(first, len(ids)) if ids[t] in self.eot_ids), None)
-                if stop is None:
-                    raise RecordError(
-                        f"turn {j}: the template renders it differently once later turns follow, "
-                        "and no end-of-turn token closes it (add one with --eot)")
-                span = range(first, stop + 1)
-            if len(span) == 0:
-                raise RecordError(f"turn {j}: the assistant turn renders to no tokens")
-            for t in span:
-                mask[t] = 1
-            turns.append((span.start, span.stop - 1))
-        return Rendered(ids, mask, full, turns)
+                head = a
+                seg = full[prev_end:a]
+                for k in range(len(prompt), 0, -1):
+                    at = seg.rfind(prompt[:k])
+                    if at >= 0:
+                        head = prev_end + at + k
+                        break
+            # the turn's end: the first end-of-turn token from b on, before the next message
+            # (where the conversation up to this turn ends in the full rendering, or failing
+            # that, before the next assistant content)
+            turn_end = len(full)
+            if j + 1 < len(messages):
+                nxt = self._render_cached(messages, j + 1, False, cache)
+                turn_end = len(nxt) if nxt is not None and full.startswith(nxt) and len(nxt) >= b else None
+            bound = turn_end if turn_end is not None else (
+                content[turns[n + 1]][0] if n + 1 < len(turns) else len(full))
+            end = None
+            for t in range(bisect.bisect_left(starts, b), len(ids)):
+                if starts[t] >= bound:
+                    break
+                if ids[t] in self.eot_ids:
+                    end = offsets[t][1]
+                    break
+            if end is None:                   # no end-of-turn token: the whole turn
+                end = turn_end if turn_end is not None else b
+            if end > head:
+                spans.append((head, end))
+            prev_end = max(end, prev_end)
+        mask, turn_tokens = self._mask(offsets, spans)
+        if not turn_tokens:
+            raise RecordError("no assistant token in the rendering (every assistant turn renders "
+                              "to nothing)")
+        return Rendered(ids, mask, full, turn_tokens, spans)
+
+    @staticmethod
+    def _mask(offsets, spans):
+        """1 on every token with a character in a span, as transformers marks {% generation %}
+        spans. Token offsets are in order, so a span's tokens are the run from the first one
+        ending after its start to the last one starting before its end."""
+        mask = [0] * len(offsets)
+        starts = [s for s, _ in offsets]
+        ends = [e for _, e in offsets]
+        turns = []
+        if starts != sorted(starts) or ends != sorted(ends):      # not in order: token by token
+            for begin, end in spans:
+                hit = [t for t, (s, e) in enumerate(offsets) if e > begin and s < end]
+                for t in hit:
+                    mask[t] = 1
+                if hit:
+                    turns.append((hit[0], hit[-1]))
+            return mask, turns
+        for begin, end in spans:
+            t0, t1 = bisect.bisect_right(ends, begin), bisect.bisect_left(starts, end)
+            if t1 > t0:
+                mask[t0:t1] = [1] * (t1 - t0)
+                turns.append((t0, t1 - 1))
+        return mask, turns
 
 
 # ---- the command -----------------------------------------------------------------------------
@@ -271,55 +656,255 @@ class Summary:
     errors: list[dict] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _TooLarge:
+    """A line longer than --max-record-bytes, read past without being kept."""
+    size: int
+    limit: int
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _parse_line(data: bytes) -> Any:
+    """One line's bytes (without its newline) to the JSON value it holds, or RecordError saying
+    why not. Columns are json's own, in characters of this line."""
+    if data.endswith(b"\r"):
+        data = data[:-1]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RecordError(f"not valid UTF-8: byte 0x{data[e.start]:02x} at byte {e.start + 1} of "
+                          "the line") from None
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as e:
+        ends = (" (the line ends inside this string)" if e.msg.startswith("Unterminated string")
+                else " (the line ends there)" if e.pos >= len(text) else "")
+        where = f"column {e.colno}" if e.lineno == 1 else f"line {e.lineno} column {e.colno}"
+        raise RecordError(f"malformed JSON at {where}{ends}: {e.msg}") from None
+    except RecursionError:
+        raise RecordError("JSON nested too deeply to parse") from None
+    except ValueError as e:          # an integer longer than Python converts
+        if "integer string conversion" in str(e):
+            raise RecordError(f"a number with more than {sys.get_int_max_str_digits()} digits, "
+                              "more than Python reads") from None
+        raise RecordError(f"unreadable JSON: {e}") from None
+    if _SURROGATE_ESCAPE.search(data) and (where := _lone_surrogate(rec)) is not None:
+        raise RecordError(f"{where}: a lone surrogate (an unpaired \\ud800-\\udfff escape), "
+                          "which is not text")
+    return rec
+
+
+def _prepare_line(renderer: Renderer, max_tokens: int | None, line_no: int, line):
+    """One input line (bytes without its newline, or _TooLarge) to ("ok", line_no, output line,
+    tokens, masked, truncated) or ("error", line_no, id, message). Whatever the line holds, it
+    is this line's result: nothing a record does ends the run."""
+    rid = None
+    try:
+        if isinstance(line, _TooLarge):
+            raise RecordError(f"the line is {line.size} bytes, over --max-record-bytes "
+                              f"{line.limit}; not parsed")
+        rec = _parse_line(line)
+        messages, rid = normalize_record(rec)
+        r = renderer(messages)
+        ids, mask = r.input_ids, r.loss_mask
+        truncated = max_tokens is not None and len(ids) > max_tokens
+        if truncated:
+            ids, mask = ids[:max_tokens], mask[:max_tokens]
+            if not any(mask):
+                raise RecordError(f"no assistant token within the first {max_tokens} "
+                                  f"tokens (the conversation has {len(r.input_ids)})")
+        out = {"id": rid if rid is not None else f"line-{line_no}", "input_ids": ids,
+               "loss_mask": mask}
+        text = json.dumps(out, separators=(",", ":")) + "\n"
+    except RecordError as e:
+        return ("error", line_no, rid, _one_line(e))
+    except Exception as e:       # a tokenizer or template failing in a way of its own
+        return ("error", line_no, rid,
+                _one_line(f"cannot be prepared ({type(e).__name__}: {e})"))
+    return ("ok", line_no, text, len(ids), sum(mask), truncated)
+
+
+# A forked worker's renderer: set in the parent before the pool forks, so every worker starts
+# with the tokenizer already loaded (nothing is pickled or loaded again).
+_WORKER: tuple[Renderer, int | None] | None = None
+
+
+def _prepare_chunk(chunk):
+    renderer, max_tokens = _WORKER
+    return [_prepare_line(renderer, max_tokens, n, line) for n, line in chunk]
+
+
+def _lines(fin, limit: int, name: str):
+    """(line number, bytes without the newline) for every line of a binary file, or
+    (line number, _TooLarge) for a line over ``limit`` bytes: read past in pieces, so memory
+    stays within ``limit`` whatever a line holds. A leading UTF-8 byte-order mark is dropped."""
+    line_no = 0
+    while True:
+        try:
+            data = fin.readline(limit + 1)
+            if not data:
+                return
+            line_no += 1
+            if line_no == 1 and data.startswith(_BOM):
+                data = data[len(_BOM):]
+            if data.endswith(b"\n"):
+                yield line_no, data[:-1]
+            elif len(data) <= limit:            # the last line, without a newline
+                yield line_no, data
+            else:                               # over the limit: skip to its end
+                size = len(data)
+                while True:
+                    piece = fin.readline(1 << 20)
+                    size += len(piece)
+                    if not piece or piece.endswith(b"\n"):
+                        break
+                if piece.endswith(b"\n"):
+                    size -= 1
+                yield line_no, _TooLarge(size, limit)
+        except OSError as e:
+            raise RunError(f"--in {name}: cannot be read ({e.strerror or e})") from None
+
+
+def _chunks(lines, size, max_bytes=1 << 20):
+    """Chunks of at most ``size`` records and, beyond the first record, ``max_bytes`` bytes;
+    empty and whitespace-only lines are no records (their numbers still count)."""
+    chunk, nbytes = [], 0
+    for line_no, line in lines:
+        if isinstance(line, bytes) and not line.strip():
+            continue
+        chunk.append((line_no, line))
+        nbytes += len(line) if isinstance(line, bytes) else 0
+        if len(chunk) == size or nbytes >= max_bytes:
+            yield chunk
+            chunk, nbytes = [], 0
+    if chunk:
+        yield chunk
+
+
+def _results(lines, renderer, max_tokens, workers, chunk_size=32):
+    """Every result in input order; with workers > 1, chunks are rendered in forked processes,
+    at most 4 chunks a worker in flight so memory stays bounded on any input size."""
+    global _WORKER
+    if workers <= 1:
+        for chunk in _chunks(lines, chunk_size):
+            for n, line in chunk:
+                yield _prepare_line(renderer, max_tokens, n, line)
+        return
+    _WORKER = (renderer, max_tokens)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers) as pool:
+        pending: deque = deque()
+        for chunk in _chunks(lines, chunk_size):
+            pending.append(pool.apply_async(_prepare_chunk, (chunk,)))
+            if len(pending) >= 4 * workers:
+                yield from pending.popleft().get()
+        while pending:
+            yield from pending.popleft().get()
+    _WORKER = None
+
+
+def _open_input(in_path: str):
+    try:
+        return open(in_path, "rb")     # a directory is refused here (IsADirectoryError)
+    except OSError as e:
+        raise RunError(f"--in {in_path}: {e.strerror or e}") from None
+
+
+def _check_output(path: str, what: str, create: bool) -> None:
+    """Refuse an output path before any work: a directory, a missing or unwritable parent."""
+    p = Path(path)
+    if p.is_dir():
+        raise RunError(f"{what} {path}: is a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise RunError(f"{what} {path}: {parent} is not a directory"
+                       f"{'' if parent.exists() else ' (it does not exist)'}")
+    if create:                  # really create the temporary file: access() says yes to root
+        tmp = path + ".tmp"
+        try:
+            open(tmp, "wb").close()
+            os.unlink(tmp)
+        except OSError as e:
+            raise RunError(f"{what} {path}: cannot write {tmp} ({e.strerror or e})") from None
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise RunError(f"{what} {path}: {parent} is not writable")
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:                 # one of them does not exist yet
+        return False
+
+
 def prepare(in_path: str, out_path: str, renderer: Renderer, max_tokens: int | None = None,
-            log=sys.stderr, progress_every: float = 5.0) -> Summary:
+            log=None, progress_every: float = 5.0, workers: int = 1,
+            max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Summary:
+    """Every record of ``in_path`` to ``out_path`` (written to ``out_path.tmp``, then renamed).
+    A record's problem is reported (on ``log``, stderr by default) and counted; a problem of the
+    run (a file that cannot be read or written) is RunError, and leaves no ``.tmp`` behind."""
+    log = sys.stderr if log is None else log
     summary = Summary()
     tmp = out_path + ".tmp"
     t0 = last = time.monotonic()
-    with open(in_path, "r", encoding="utf-8") as fin, open(tmp, "w", encoding="utf-8") as fout:
-        for line_no, line in enumerate(fin, start=1):
-            if not line.strip():
-                continue
-            summary.records += 1
-            rid = None
-            try:
+    with _open_input(in_path) as fin:
+        try:
+            fout = open(tmp, "w", encoding="utf-8")
+        except OSError as e:
+            raise RunError(f"--out {out_path}: cannot write {tmp} ({e.strerror or e})") from None
+        try:
+            with fout:
+                lines = _lines(fin, max_record_bytes, in_path)
+                for res in _results(lines, renderer, max_tokens, workers):
+                    summary.records += 1
+                    if res[0] == "error":
+                        _, line_no, rid, msg = res
+                        summary.rejected += 1
+                        err = {"line": line_no, "error": msg}
+                        if rid is not None:
+                            err["id"] = rid
+                        summary.errors.append(err)
+                        print(f"layertap-prep: {in_path}:{line_no}"
+                              f"{' (id ' + _short(rid) + ')' if rid is not None else ''}: {msg}",
+                              file=log)
+                        continue
+                    _, line_no, text, n_tokens, n_masked, truncated = res
+                    try:
+                        fout.write(text)
+                    except OSError as e:
+                        raise RunError(f"--out {out_path}: cannot write {tmp} "
+                                       f"({e.strerror or e})") from None
+                    summary.written += 1
+                    summary.tokens += n_tokens
+                    summary.assistant_tokens += n_masked
+                    summary.truncated += truncated
+                    now = time.monotonic()
+                    if progress_every and now - last >= progress_every:
+                        last = now
+                        print(f"layertap-prep: {summary.records} records, {summary.written} "
+                              f"written, {summary.rejected} rejected "
+                              f"({summary.records / (now - t0):.0f}/s)", file=log)
                 try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise RecordError(f"malformed JSON at column {e.colno}: {e.msg}") from None
-                messages, rid = normalize_record(rec)
-                r = renderer(messages)
-                ids, mask = r.input_ids, r.loss_mask
-                if max_tokens is not None and len(ids) > max_tokens:
-                    ids, mask = ids[:max_tokens], mask[:max_tokens]
-                    summary.truncated += 1
-                    if not any(mask):
-                        raise RecordError(f"no assistant token within the first {max_tokens} "
-                                          f"tokens (the conversation has {len(r.input_ids)})")
-            except RecordError as e:
-                summary.rejected += 1
-                err = {"line": line_no, "error": str(e)}
-                if rid is not None:
-                    err["id"] = rid
-                summary.errors.append(err)
-                print(f"layertap-prep: {in_path}:{line_no}"
-                      f"{' (id ' + repr(rid) + ')' if rid is not None else ''}: {e}", file=log)
-                continue
-            out = {"id": rid if rid is not None else f"line-{line_no}",
-                   "input_ids": ids, "loss_mask": mask}
-            fout.write(json.dumps(out, separators=(",", ":")) + "\n")
-            summary.written += 1
-            summary.tokens += len(ids)
-            summary.assistant_tokens += sum(mask)
-            now = time.monotonic()
-            if progress_every and now - last >= progress_every:
-                last = now
-                print(f"layertap-prep: {summary.records} records, {summary.written} written, "
-                      f"{summary.rejected} rejected ({summary.records / (now - t0):.0f}/s)",
-                      file=log)
-        fout.flush()
-        os.fsync(fout.fileno())
-    os.replace(tmp, out_path)
+                    fout.flush()
+                    os.fsync(fout.fileno())
+                except OSError as e:
+                    raise RunError(f"--out {out_path}: cannot write {tmp} "
+                                   f"({e.strerror or e})") from None
+            try:
+                os.replace(tmp, out_path)
+            except OSError as e:
+                raise RunError(f"--out {out_path}: cannot rename {tmp} to it "
+                               f"({e.strerror or e})") from None
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
     return summary
 
 
@@ -329,20 +914,34 @@ def build_parser() -> argparse.ArgumentParser:
         description="Render conversations (ShareGPT or OpenAI messages JSONL) with a model's "
                     "tokenizer and chat template into layertap's token JSONL "
                     "({id, input_ids, loss_mask}); loss_mask is 1 exactly on the tokens the "
-                    "assistant turns produce (content and end-of-turn token).")
+                    "assistant generates (its content, the reasoning and tool calls the "
+                    "rendering keeps, and the end-of-turn token; a token partly in the turn "
+                    "counts), decided on the rendering of the whole conversation.")
     p.add_argument("--model", required=True, help="model directory (tokenizer and chat template; "
                    "local files only; a directory with one .gguf file and no tokenizer files is "
                    "read through its GGUF tokenizer)")
     p.add_argument("--gguf", help="GGUF file inside --model to take the tokenizer from")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="load a tokenizer the model directory ships as code (auto_map in "
+                        "tokenizer_config.json, e.g. Kimi-K2's tokenization_kimi.py); this runs "
+                        "the model directory's Python")
     p.add_argument("--in", dest="inp", required=True, help="conversations, JSON Lines")
     p.add_argument("--out", required=True, help="token JSONL to write")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="keep the first N tokens of longer conversations (a conversation left "
                         "with no assistant token is rejected)")
     p.add_argument("--eot", action="append", default=[],
-                   help="an extra end-of-turn token (string or id); repeatable")
+                   help="an extra end-of-turn token: a token string of the vocabulary, or an id "
+                        "(a number is an id); repeatable")
     p.add_argument("--template-arg", action="append", default=[], metavar="KEY=JSON",
                    help="extra chat-template variable, e.g. enable_thinking=false; repeatable")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes rendering conversations (each starts with the loaded "
+                        "tokenizer); the output is the same in any case, in input order")
+    p.add_argument("--max-record-bytes", type=int, default=DEFAULT_MAX_RECORD_BYTES,
+                   metavar="N",
+                   help="refuse a line longer than N bytes (without its newline) before it is "
+                        f"decoded or parsed (default {DEFAULT_MAX_RECORD_BYTES}, 16 MiB)")
     p.add_argument("--report", help="write a JSON summary with every rejected line here")
     p.add_argument("--strict", action="store_true",
                    help="exit with status 1 when any record is rejected")
@@ -350,36 +949,73 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except RunError as e:
+        print(f"layertap-prep: {_one_line(e, 2000)}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
+    t_start = time.monotonic()
     args = build_parser().parse_args(argv)
     if args.max_tokens is not None and args.max_tokens < 1:
-        print("layertap-prep: --max-tokens must be at least 1", file=sys.stderr)
-        return 2
+        raise RunError("--max-tokens must be at least 1")
+    if args.workers < 1:
+        raise RunError("--workers must be at least 1")
+    if args.max_record_bytes < 1:
+        raise RunError("--max-record-bytes must be at least 1")
     kw = {}
     for item in args.template_arg:
         k, sep, v = item.partition("=")
         if not sep:
-            print(f"layertap-prep: --template-arg {item!r}: expected KEY=JSON", file=sys.stderr)
-            return 2
+            raise RunError(f"--template-arg {item!r}: expected KEY=JSON")
         try:
             kw[k] = json.loads(v)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             kw[k] = v
+    # the paths first: a typo is found before the tokenizer loads
+    _open_input(args.inp).close()
+    _check_output(args.out, "--out", create=True)
+    if args.report:
+        _check_output(args.report, "--report", create=False)
+    for opt, path, other, what in (("--out", args.out, args.inp, "the --in file"),
+                                   ("--report", args.report, args.inp, "the --in file"),
+                                   ("--report", args.report, args.out, "the --out file")):
+        if path and _same_file(path, other):
+            raise RunError(f"{opt} {path}: is {what}")
     try:
-        tok = load_tokenizer(args.model, args.gguf)
+        tok = load_tokenizer(args.model, args.gguf, args.trust_remote_code)
         eot = end_of_turn_ids(tok, args.model, args.eot)
-    except (OSError, ValueError) as e:
-        print(f"layertap-prep: {e}", file=sys.stderr)
-        return 2
-    s = prepare(args.inp, args.out, Renderer(tok, eot, kw), args.max_tokens)
+        renderer = Renderer(tok, eot, kw)
+    except (OSError, ValueError, ImportError) as e:   # ImportError: a tokenizer's own code
+        raise RunError(str(e)) from None
+    except Exception as e:
+        raise RunError(f"--model {args.model}: {type(e).__name__}: {e}") from None
+    t_loaded = time.monotonic()
+    s = prepare(args.inp, args.out, renderer, args.max_tokens, workers=args.workers,
+                max_record_bytes=args.max_record_bytes)
+    t_done = time.monotonic()
+    rate = s.records / max(t_done - t_loaded, 1e-9)
     print(f"layertap-prep: {s.records} records: {s.written} written to {args.out} "
           f"({s.tokens} tokens, {s.assistant_tokens} in the loss mask), {s.rejected} rejected, "
-          f"{s.truncated} truncated to --max-tokens", file=sys.stderr)
+          f"{s.truncated} truncated to --max-tokens; start-up {t_loaded - t_start:.1f} s, "
+          f"{rate:.0f} records/s on {args.workers} worker{'s' if args.workers > 1 else ''}",
+          file=sys.stderr)
     if args.report:
-        Path(args.report).write_text(json.dumps({
-            "input": args.inp, "output": args.out, "records": s.records, "written": s.written,
-            "rejected": s.rejected, "truncated": s.truncated, "tokens": s.tokens,
-            "assistant_tokens": s.assistant_tokens, "max_tokens": args.max_tokens,
-            "end_of_turn_ids": sorted(eot), "errors": s.errors}, indent=1) + "\n")
+        try:
+            Path(args.report).write_text(json.dumps({
+                "input": args.inp, "output": args.out, "records": s.records,
+                "written": s.written, "rejected": s.rejected, "truncated": s.truncated,
+                "tokens": s.tokens, "assistant_tokens": s.assistant_tokens,
+                "max_tokens": args.max_tokens, "max_record_bytes": args.max_record_bytes,
+                "end_of_turn_ids": sorted(eot), "workers": args.workers,
+                "startup_seconds": round(t_loaded - t_start, 3),
+                "prepare_seconds": round(t_done - t_loaded, 3), "errors": s.errors},
+                indent=1) + "\n")
+        except OSError as e:
+            raise RunError(f"--report {args.report}: cannot be written "
+                           f"({e.strerror or e})") from None
     if s.written == 0:
         print("layertap-prep: no record could be prepared", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from chat_families import QWEN3, plain
 from helpers import (CHATML, CHATML_GENERATION, GEMMA, LLAMA2, LLAMA3, QWEN3ISH, make_char_tokenizer,
                      pieces_to_expected, write_jsonl)
 
@@ -83,6 +84,35 @@ def test_smollm2_sharegpt_equals_openai(smol):
     a, b = render(normalize_record(share)[0]), render(normalize_record(openai)[0])
     assert a.input_ids == b.input_ids and a.loss_mask == b.loss_mask
     assert _decode_masked(tok, a) == ["Hello!<|im_end|>"]
+
+
+def test_smollm2_reply_starting_with_newlines(smol):
+    """"\n\nSure" after "assistant\n": SmolLM2 spells the three newlines as "\n\n" + "\n", so
+    the first token holds the header's newline and the reply's first one. It is masked (a token
+    with any generated character is), as in transformers' {% generation %} mask."""
+    tok, render = smol
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\n\nSure"}]
+    r = render(msgs)
+    enc = tok.apply_chat_template(msgs, tokenize=True, return_dict=True,
+                                  return_assistant_tokens_mask=True,
+                                  chat_template=SYS_ONCE + CHATML_GENERATION)
+    assert (r.input_ids, r.loss_mask) == (enc["input_ids"], enc["assistant_masks"])
+    first = r.turns[0][0]
+    assert tok.decode(r.input_ids[first]) == "\n\n"
+    assert _decode_masked(tok, r) == ["\n\n\nSure<|im_end|>"]
+
+
+def test_eot_takes_any_vocabulary_token_or_id(smol):
+    """SmolLM2's <|endoftext|> is also its unk token (id 0): still a token of the vocabulary."""
+    tok, _ = smol
+    assert (tok.unk_token, tok.unk_token_id) == ("<|endoftext|>", 0)
+    assert 0 in end_of_turn_ids(tok, None, ["<|endoftext|>"])
+    assert end_of_turn_ids(tok, None, ["0"]) == end_of_turn_ids(tok, None, ["<|endoftext|>"])
+    assert tok.convert_tokens_to_ids("<|im_end|>") in end_of_turn_ids(tok, None, ["<|im_end|>"])
+    with pytest.raises(ValueError, match=r"'<\|nope\|>' is not a token"):
+        end_of_turn_ids(tok, None, ["<|nope|>"])
+    with pytest.raises(ValueError, match="not an id"):
+        end_of_turn_ids(tok, None, [str(len(tok))])
 
 
 def test_cli_from_gguf_directory(smollm2_gguf_dir, tmp_path):
@@ -180,6 +210,50 @@ def test_reasoning_dropped_from_earlier_turns(tmp_path):
         ("<|im_start|>user\nQ1?<|im_end|>\n<|im_start|>assistant\n", 0), ("A1.<|im_end|>", 1),
         ("\n<|im_start|>user\nQ2?<|im_end|>\n<|im_start|>assistant\n", 0),
         ("<think>ok</think>\n\nA2.<|im_end|>", 1), ("\n", 0)])
+
+
+def test_assistant_first_and_consecutive_turns(tmp_path):
+    d, tok = _tok(tmp_path, CHATML, "<|im_end|>")
+    msgs = [{"role": "assistant", "content": "Hi!"}, {"role": "user", "content": "Q"},
+            {"role": "assistant", "content": "A1."}, {"role": "assistant", "content": "A2."}]
+    _check(tok, Renderer(tok, end_of_turn_ids(tok, d)), msgs, [
+        ("<|im_start|>assistant\n", 0), ("Hi!<|im_end|>", 1),
+        ("\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n", 0), ("A1.<|im_end|>", 1),
+        ("\n<|im_start|>assistant\n", 0), ("A2.<|im_end|>", 1), ("\n", 0)])
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_qwen3_generation_prompt_is_not_generated(tmp_path, thinking):
+    """enable_thinking=false prompts with an empty think block that the earlier turn lacks: the
+    earlier turn starts after its header, the last after the empty block the prompt holds. With
+    thinking, the last turn's think block is generated."""
+    d, tok = _tok(tmp_path, plain(QWEN3), "<|im_end|>")
+    msgs = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
+            {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]
+    kw = {} if thinking else {"enable_thinking": False}
+    head = "\n<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n"
+    last = [(head, 0), ("<think>\n\n</think>\n\nA2<|im_end|>", 1)] if thinking else [
+        (head + "<think>\n\n</think>\n\n", 0), ("A2<|im_end|>", 1)]
+    ids, mask = pieces_to_expected(tok, [("<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\n", 0),
+                                         ("A1<|im_end|>", 1)] + last + [("\n", 0)])
+    r = Renderer(tok, end_of_turn_ids(tok, d), kw)(msgs)
+    assert (r.input_ids, r.loss_mask) == (ids, mask)
+
+
+@pytest.mark.parametrize("template, why", [
+    # the assistant's content is never written: nothing says where the turn is
+    ("{% for m in messages %}{% set c = 'OK' if m['role'] == 'assistant' else m['content'] %}"
+     "{{ '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' }}{% endfor %}",
+     "does not render this assistant turn's content"),
+    # text before the turn derived from it (its first character up front)
+    ("{{ messages[-1]['content'][:1] }}" + CHATML, "derives other text from it"),
+    # text before the turn that depends on what the content holds
+    ("{{ '!' if '?' in messages[-1]['content'] }}" + CHATML, "depends on its content"),
+])
+def test_undecidable_templates_are_refused_by_name(tmp_path, template, why):
+    d, tok = _tok(tmp_path, template, "<|im_end|>")
+    with pytest.raises(RecordError, match=why):
+        Renderer(tok, end_of_turn_ids(tok, d))([CONV[1], {"role": "assistant", "content": "A?"}])
 
 
 def test_template_errors_are_record_errors(tmp_path):
