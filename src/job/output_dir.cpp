@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "core/log.hpp"
 #include "core/regular_file.hpp"
 #include "io/durable_file.hpp"
@@ -105,9 +107,9 @@ OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool o
   std::error_code ec;
   fs::create_directories(dir, ec);
   LT_CHECK(!ec && fs::is_directory(dir), "cannot create output directory '", dir.string(), "': ", ec.message());
-  std::vector<fs::path> earlier;
+  std::vector<fs::path> earlier, foreign;
   for (const auto& entry : fs::directory_iterator(dir))
-    if (is_layertap_file(entry.path())) earlier.push_back(entry.path());
+    (is_layertap_file(entry.path()) ? earlier : foreign).push_back(entry.path());
   const fs::path probe = dir / ".layertap-write-test";
   { std::ofstream(probe) << "ok"; }
   LT_CHECK(fs::exists(probe) && fs::file_size(probe) == 2, "output directory '", dir.string(), "' is not writable");
@@ -129,6 +131,13 @@ OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool o
     }
     return OutputState::Resume;
   }
+  // A new run writes into an empty directory: shards among someone's other files are easy to lose
+  // or to mistake for theirs. --overwrite writes among them (and leaves them alone).
+  std::sort(foreign.begin(), foreign.end());
+  LT_CHECK(foreign.empty() || overwrite, "output directory '", dir.string(), "' holds ", foreign.size(),
+           " file(s) that are not layertap's ('", foreign.empty() ? std::string() : excerpt(foreign.front().filename().string()),
+           "'", foreign.size() > 1 ? ", ..." : "", "); choose an empty or new --out, or pass --overwrite to write "
+           "among them (they are kept)");
   if (!earlier.empty()) {
     LT_CHECK(overwrite || resume, "output directory '", dir.string(), "' already holds a run (",
              earlier.front().filename().string(), ", ...); pass --resume to continue it, --overwrite to replace it, "

@@ -245,6 +245,25 @@ class Hostile(unittest.TestCase):
             with self.subTest(name):
                 self.expect_refused([expected], extra=extra)
 
+    def test_out_with_foreign_files(self):
+        # Refused unless --overwrite, which writes among them and keeps them.
+        out = self.tmp / "foreign"
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+        self.expect_refused(["holds 1 file(s) that are not layertap's ('notes.txt')", "--overwrite"], out=out)
+        self.assertEqual(sorted(p.name for p in out.iterdir()), ["notes.txt"])
+        p, _ = self.extract(out=out, extra=["--overwrite"])
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual((out / "notes.txt").read_text(), "mine")
+        self.assertTrue((out / "manifest.json").exists())
+
+    def test_capture_warning_follows_the_checks(self):
+        # eagle3 on the 4-layer model repeats point 2; with a missing dataset the error comes alone.
+        p, _ = self.extract(data=self.tmp / "missing.jsonl")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("missing.jsonl", p.stderr)
+        self.assertNotIn("appears 2 times", p.stderr)
+
     def test_repeated_points_warn_once(self):
         p, out = self.extract(extra=["--capture", ",".join(["2"] * 300)])
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])

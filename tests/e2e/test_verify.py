@@ -177,6 +177,12 @@ class Verify(unittest.TestCase):
                 self.assertEqual(int(m.group(1)), count)
                 self.assertAlmostEqual(float(m.group(2)), 100 * hits / count, delta=100 / count + 0.01)
                 self.assertAlmostEqual(float(m.group(3)) / ppl, 1.0, delta=1e-3)
+        # --lm-head alone scores 64 samples (or all there are); a count after it is taken as its value.
+        p = subprocess.run([ARGS.layertap, "verify", self.good, "--lm-head", "--samples", "0"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        n = sum(s["samples"] for s in json.loads((self.good / "manifest.json").read_text())["shards"])
+        self.assertIn(f"lm head: {min(64, n)} sample(s)", p.stdout)
         # A demand the output cannot meet fails the verification.
         p = subprocess.run([ARGS.layertap, "verify", self.good, "--samples", "0", "--lm-head", "2", "--min-top1", "0.9"],
                            capture_output=True, text=True, timeout=120)
