@@ -57,7 +57,7 @@ class StopAtStart(unittest.TestCase):
         log = []
         proc = self.start(np_, out, failpoint, extra, model)
         self.wait_for(proc, "paused", log)
-        time.sleep(0.3)  # let the other ranks reach their own wait
+        time.sleep(2)  # let the other ranks reach their own wait (the tiny model loads in milliseconds)
         pids = self.rank_pids(out)
         self.assertEqual(len(pids), np_, "".join(log))
         os.kill(pids[signal_rank], sig)
@@ -68,7 +68,8 @@ class StopAtStart(unittest.TestCase):
         text = "".join(log)
         self.assertEqual(proc.returncode, 75, text[-3000:])
         self.assertIn(f"stopped by {sig.name} while {phase}", text)
-        self.assertLess(seconds, 15, f"took {seconds:.1f} s to stop")
+        # Not a speed check: a rank that ignored the signal would sit until the failpoint's 120 s limit.
+        self.assertLess(seconds, 60, f"took {seconds:.1f} s to stop")
         self.assertFalse((out / "manifest.json").exists())
         self.assertEqual(sorted(out.glob("shard*.h5")) if out.exists() else [], [])
         print(f"     {sig.name} to rank {signal_rank} of {np_} while {phase}: exit 75 after {seconds:.2f} s")
