@@ -32,6 +32,8 @@ class Install(unittest.TestCase):
         # login shell would reset PATH from /etc/profile, which holds the default prefix's bin:
         # test_default_prefix_is_on_a_login_path checks that.)
         clean = {"HOME": os.environ.get("HOME", "/root"), "PATH": f"{self.prefix}/bin:/usr/bin:/bin", **env}
+        # A sanitizer build's runtime settings (suppressions) travel along.
+        clean.update({k: v for k, v in os.environ.items() if k.endswith("SAN_OPTIONS") or k == "ASAN_SYMBOLIZER_PATH"})
         return subprocess.run(["env", "-i", *[f"{k}={v}" for k, v in clean.items()], "bash", "-c", command],
                               capture_output=True, text=True, timeout=120)
 
