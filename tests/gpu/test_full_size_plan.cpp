@@ -5,6 +5,7 @@
 //     (bench's synthetic config, PackedSource::Config) field by field: weights, packed bytes,
 //     scratch, workspace, pinned;
 //   - the load plan places exactly the resident block and reads what it holds (no float32 copy);
+//   - only TP rank 0 (the writer) holds capture snapshots;
 //   - Kimi-K2.5 and DeepSeek-V3 at TP 8 fit a 141 GiB card at 8192 tokens and 4 points; Llama-3.1-70B
 //     at TP 8 and 4 too. Prints the host memory per rank before (float32 weights) and after.
 #include <cstdint>
@@ -55,7 +56,7 @@ void layout(const std::string& arch, const std::string& synthetic, int tp) {
   cuda::CudaBackendOptions o;
   o.max_batch_tokens = 8192;
   o.max_capture_points = 4;
-  bool same = true, placed = true, fits = true;
+  bool same = true, placed = true, fits = true, writer_only = true;
   std::size_t worst_need = 0, host_after = 0;
   for (int r = 0; r < tp; ++r) {
     const TpShard shard{r, tp};
@@ -66,6 +67,8 @@ void layout(const std::string& arch, const std::string& synthetic, int tp) {
     same &= got.weight_bytes == want.weight_bytes && got.packed_bytes == want.packed_bytes &&
             got.scratch_bytes == want.scratch_bytes && got.workspace_bytes == want.workspace_bytes &&
             got.pinned_bytes == want.pinned_bytes && got.capture_bytes == want.capture_bytes;
+    // Only the group's writer (TP rank 0) holds capture snapshots and pinned capture buffers.
+    writer_only &= r == 0 ? got.capture_bytes > 0 : got.capture_bytes == 0;
     const cuda::LoadPlan plan = cuda::plan_load(s, ckpt, cfg.quant);
     std::size_t written = 0;
     for (const cuda::WeightCopy& c : plan.copies) written += c.dst_bytes;
@@ -85,6 +88,7 @@ void layout(const std::string& arch, const std::string& synthetic, int tp) {
   check(same, cat(arch, " tp ", tp, ": every rank's plan from the checkpoint = the CUDA backend's own plan (", synthetic,
                   ")"));
   check(placed, cat(arch, " tp ", tp, ": the load plan fills the resident block, reading each byte once"));
+  check(writer_only, cat(arch, " tp ", tp, ": capture buffers on TP rank 0 only"));
   check(fits, cat(arch, " tp ", tp, ": fits a 141 GiB card at 8192 tokens, 4 points (", gib(worst_need),
                   " GiB on the fullest rank)"));
   std::printf("     %s tp %d host per rank: before %.1f GiB (float32 weights), after %.2f GiB (staging ring + pinned)\n",
