@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/cpu/moe.hpp"
+#include "host_check.hpp"
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/local_shape.hpp"
 #include "backend/cuda/memory_plan.hpp"
@@ -43,21 +44,8 @@ namespace {
 using namespace layertap;
 namespace fs = std::filesystem;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what) {
-  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  failures += ok ? 0 : 1;
-}
-
-void check_throws(const std::string& what, const std::function<void()>& f, const std::string& must_contain) {
-  try {
-    f();
-    check(false, what + ": did not throw");
-  } catch (const Error& e) {
-    check(std::string(e.what()).find(must_contain) != std::string::npos, what + ": " + e.what());
-  }
-}
+using test::check;
+using test::check_throws;
 
 std::uint32_t bits(float f) {
   std::uint32_t u;
@@ -399,6 +387,5 @@ int main() {
     std::printf("FAIL: %s\n", e.what());
     return 1;
   }
-  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-  return failures == 0 ? 0 : 1;
+  return test::finish();
 }

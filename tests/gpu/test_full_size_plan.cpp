@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <string>
 
+#include "host_check.hpp"
 #include "backend/cuda/load_plan.hpp"
 #include "backend/cuda/local_shape.hpp"
 #include "backend/cuda/memory_plan.hpp"
@@ -31,12 +32,8 @@ namespace {
 using namespace layertap;
 namespace fs = std::filesystem;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what) {
-  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  failures += ok ? 0 : 1;
-}
+using test::check;
+using test::check_throws;
 
 double gib(std::size_t b) { return double(b) / double(std::size_t(1) << 30); }
 
@@ -112,6 +109,5 @@ int main() {
     std::printf("FAIL: %s\n", e.what());
     return 1;
   }
-  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-  return failures == 0 ? 0 : 1;
+  return test::finish();
 }

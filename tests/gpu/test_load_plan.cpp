@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "host_check.hpp"
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/load_plan.hpp"
 #include "backend/cuda/local_shape.hpp"
@@ -33,23 +34,8 @@ namespace {
 using namespace layertap;
 namespace fs = std::filesystem;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what) {
-  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  failures += ok ? 0 : 1;
-}
-
-void check_throws(const std::string& what, const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    check(false, what + ": did not throw");
-  } catch (const Error& e) {
-    bool all = true;
-    for (const std::string& n : needles) all &= std::string(e.what()).find(n) != std::string::npos;
-    check(all, what + ": " + e.what());
-  }
-}
+using test::check;
+using test::check_throws;
 
 fs::path fixture(const std::string& name) { return fs::path(LAYERTAP_FIXTURES) / "models" / name; }
 
@@ -225,6 +211,5 @@ int main() {
     std::printf("FAIL: %s\n", e.what());
     return 1;
   }
-  std::printf(failures == 0 ? "PASS\n" : "FAILED (%d)\n", failures);
-  return failures == 0 ? 0 : 1;
+  return test::finish();
 }
