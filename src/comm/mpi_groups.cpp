@@ -13,12 +13,7 @@ namespace layertap {
 
 #define LT_MPI_CHECK(call) LT_CHECK((call) == MPI_SUCCESS, "MPI call failed: ", #call)
 
-namespace {
-
-// Completes a world collective: blocking in the batch loop (whose own stop check applies), polling
-// during a start-up phase (StopPhase), so that a stop signal ends a rank that waits for a slower
-// one within a millisecond instead of leaving it blocked in MPI.
-void finish(MPI_Request& r) {
+void wait_for(MPI_Request& r) {
   const char* phase = StopPhase::current();
   if (phase == nullptr) {
     LT_MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
@@ -31,8 +26,6 @@ void finish(MPI_Request& r) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
-
-}  // namespace
 
 void MpiTpComm::all_reduce_sum(float* data, std::size_t n) {
   if (size_ == 1) return;
@@ -57,7 +50,7 @@ MpiGroups::MpiGroups(const WorldLayout& w) : tp_(split_tp(w)), tp_comm_(tp_, w.t
 int64_t MpiGroups::broadcast_in_tp_group(int64_t value) {
   MPI_Request r;
   LT_MPI_CHECK(MPI_Ibcast(&value, 1, MPI_INT64_T, 0, tp_, &r));
-  finish(r);
+  wait_for(r);
   return value;
 }
 
@@ -71,9 +64,9 @@ void check_same_on_all_ranks(const std::string& what, const std::string& value) 
   unsigned long long lo = 0, hi = 0;
   MPI_Request r;
   LT_MPI_CHECK(MPI_Iallreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &r));
-  finish(r);
+  wait_for(r);
   LT_MPI_CHECK(MPI_Iallreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &r));
-  finish(r);
+  wait_for(r);
   LT_CHECK(lo == hi, "ranks disagree on the ", what, " (this rank: ", digest.substr(0, 16),
            "); start every rank with the same options, model and dataset");
 }
@@ -85,9 +78,9 @@ std::vector<std::string> gather_strings(const std::string& mine) {
   LT_CHECK(mine.size() < std::size_t(INT_MAX), "gather: string too long");
   const int len = int(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(size));
-  MPI_Request r;
-  LT_MPI_CHECK(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &r));
-  finish(r);
+  MPI_Request request;
+  LT_MPI_CHECK(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &request));
+  wait_for(request);
   std::vector<int> displs(std::size_t(size), 0);
   std::string all;
   if (rank == 0) {
@@ -100,8 +93,8 @@ std::vector<std::string> gather_strings(const std::string& mine) {
     all.resize(std::size_t(total));
   }
   LT_MPI_CHECK(MPI_Igatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
-                            MPI_COMM_WORLD, &r));
-  finish(r);
+                            MPI_COMM_WORLD, &request));
+  wait_for(request);
   std::vector<std::string> out;
   if (rank == 0)
     for (int r = 0; r < size; ++r) out.push_back(all.substr(std::size_t(displs[std::size_t(r)]), std::size_t(lens[std::size_t(r)])));
@@ -111,14 +104,14 @@ std::vector<std::string> gather_strings(const std::string& mine) {
 void world_barrier() {
   MPI_Request r;
   LT_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &r));
-  finish(r);
+  wait_for(r);
 }
 
 double max_over_ranks(double value) {
   double out = value;
   MPI_Request r;
   LT_MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &r));
-  finish(r);
+  wait_for(r);
   return out;
 }
 
@@ -126,7 +119,7 @@ int64_t max_over_ranks(int64_t value) {
   int64_t out = value;
   MPI_Request r;
   LT_MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, &r));
-  finish(r);
+  wait_for(r);
   return out;
 }
 
@@ -134,7 +127,7 @@ int64_t sum_over_ranks(int64_t value) {
   int64_t out = value;
   MPI_Request r;
   LT_MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &r));
-  finish(r);
+  wait_for(r);
   return out;
 }
 
@@ -143,7 +136,7 @@ bool any_rank(bool value) { return max_over_ranks(int64_t(value)) != 0; }
 int64_t broadcast_from_world_root(int64_t value) {
   MPI_Request r;
   LT_MPI_CHECK(MPI_Ibcast(&value, 1, MPI_INT64_T, 0, MPI_COMM_WORLD, &r));
-  finish(r);
+  wait_for(r);
   return value;
 }
 
@@ -169,7 +162,7 @@ void broadcast_from_world_root(std::string& bytes) {
     const std::size_t piece = std::min<std::size_t>(bytes.size() - done, std::size_t(1) << 30);
     MPI_Request r;
     LT_MPI_CHECK(MPI_Ibcast(bytes.data() + done, int(piece), MPI_BYTE, 0, MPI_COMM_WORLD, &r));
-    finish(r);
+    wait_for(r);
     done += piece;
   }
 }

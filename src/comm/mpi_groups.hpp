@@ -43,6 +43,11 @@ class MpiGroups {
   MpiTpComm tp_comm_;
 };
 
+// Completes a non-blocking MPI request (the collectives here use one each): blocking in the batch
+// loop, whose own stop check applies; polling during a start-up phase (StopPhase), so that a stop
+// signal ends a rank that waits for a slower one within a millisecond (throws Stopped).
+void wait_for(MPI_Request& request);
+
 // Every rank of the world must hold the same `value` (options, model fingerprint, dataset):
 // compares a hash with an all-reduced min and max. Throws on every rank when any differs.
 void check_same_on_all_ranks(const std::string& what, const std::string& value);

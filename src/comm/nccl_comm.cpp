@@ -3,6 +3,7 @@
 #include <chrono>
 #include <thread>
 
+#include "comm/mpi_groups.hpp"
 #include "core/error.hpp"
 #include "core/stop_request.hpp"
 #include "core/log.hpp"
@@ -28,11 +29,7 @@ NcclComm::NcclComm(MPI_Comm tp, double timeout_s) : timeout_s_(timeout_s) {
   if (rank_ == 0) LT_NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_Request request;
   LT_MPI_OK(MPI_Ibcast(&id, int(sizeof id), MPI_BYTE, 0, tp, &request));
-  for (int done = 0; !done;) {  // polled: a stop signal ends a rank waiting for a slower peer
-    LT_MPI_OK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (!done && StopPhase::current() != nullptr) stop_point(StopPhase::current());
-    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  wait_for(request);  // polled at start-up: a stop signal ends a rank waiting for a slower peer
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // calls return ncclInProgress instead of blocking: every wait is ours to bound
   ncclComm_t comm = nullptr;

@@ -108,12 +108,6 @@ std::size_t planned_device_bytes(const RankLoad& load) {
   return limit > 0 ? std::min(limit, free_bytes) : free_bytes;
 }
 
-cuda::LocalShape cuda_rank_shape(const ModelConfig& cfg, const Checkpoint& ckpt, const TpShard& shard) {
-  cuda::LocalShape s = cuda::LocalShape::of(cfg, shard, cuda::PackedSource::Checkpoint, &ckpt);
-  s.router_lo = cuda::routers_need_low_part(s, ckpt);
-  return s;
-}
-
 // The CUDA backend together with the communicator it all-reduces through (declared first, so
 // it outlives the backend).
 class CudaRankBackend final : public Backend {
@@ -214,13 +208,14 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
   return std::make_unique<CpuBackend>(cfg, load_weights(ckpt, cfg, shard), groups.tp());
 }
 
-std::string describe_rank_plan(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
-                               const TpShard& shard, const RankLoad& load) {
+RankPlan describe_rank_plan(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
+                            const TpShard& shard, const RankLoad& load) {
 #ifdef LAYERTAP_HAVE_CUDA
   if (backend == "cuda") {
     const cuda::CudaBackendOptions o = cuda_options(shard, load);
-    const cuda::LocalShape s = cuda_rank_shape(cfg, ckpt, shard);
+    const cuda::LocalShape s = cuda::checkpoint_shape(cfg, shard, ckpt);
     const cuda::MemoryPlan m = cuda::plan_memory(s, o);
+    const std::size_t device = planned_device_bytes(load);
     const cuda::LoadPlan lp = cuda::plan_load(s, ckpt, cfg.quant);
     const HostPlan host = cuda_host_plan(cfg, shard, load);
     std::string r = cat("  reads      ", human_bytes(int64_t(lp.read_bytes)), " from ", lp.files, " files: bf16 ",
@@ -228,25 +223,14 @@ std::string describe_rank_plan(const std::string& backend, const ModelConfig& cf
                         human_bytes(int64_t(lp.converted_bytes)), ", FP8 ", human_bytes(int64_t(lp.fp8_bytes)),
                         ", INT4 ", human_bytes(int64_t(lp.int4_bytes)), ", scales ",
                         human_bytes(int64_t(lp.scale_bytes)), "\n");
-    r += cuda::describe_device_plan(m, s, planned_device_bytes(load), o);
+    r += cuda::describe_device_plan(m, s, device, o);
     r += cat("  host       ", human_bytes(host.total()), " (", host.describe(), "; no weights)\n");
-    return r;
+    return {r, cuda::device_bytes_needed(m) <= device};
   }
 #endif
   (void)ckpt;
   const HostPlan host = cpu_host_plan(cfg, shard, load);
-  return cat("  host       ", human_bytes(host.total()), " (", host.describe(), ")\n");
-}
-
-bool rank_plan_fits(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt, const TpShard& shard,
-                    const RankLoad& load) {
-#ifdef LAYERTAP_HAVE_CUDA
-  if (backend == "cuda")
-    return cuda::device_bytes_needed(cuda::plan_memory(cuda_rank_shape(cfg, ckpt, shard), cuda_options(shard, load))) <=
-           planned_device_bytes(load);
-#endif
-  (void)backend, (void)cfg, (void)ckpt, (void)shard, (void)load;
-  return true;
+  return {cat("  host       ", human_bytes(host.total()), " (", host.describe(), ")\n"), true};
 }
 
 std::string pre_read_weights(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
@@ -254,7 +238,7 @@ std::string pre_read_weights(const std::string& backend, const ModelConfig& cfg,
   const auto t0 = Clock::now();
 #ifdef LAYERTAP_HAVE_CUDA
   if (backend == "cuda") {
-    const cuda::LoadPlan plan = cuda::plan_load(cuda_rank_shape(cfg, ckpt, shard), ckpt, cfg.quant);
+    const cuda::LoadPlan plan = cuda::plan_load(cuda::checkpoint_shape(cfg, shard, ckpt), ckpt, cfg.quant);
     cuda::HostTarget nowhere(nullptr);
     const cuda::LoadStats st = cuda::run_load_plan(plan, nowhere, cuda::LoaderOptions{});
     return cat("read ", human_bytes(int64_t(st.bytes_read)), " (", st.copies, " windows of ", plan.files,

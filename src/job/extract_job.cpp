@@ -95,10 +95,10 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
 
   // Each rank's memory plan (and, with --read-weights, its pre-read), in rank order.
   const Checkpoint ckpt(checkpoint_files(o.model));
+  const RankPlan rank_plan = describe_rank_plan(backend_name, cfg, ckpt, shard, load);
   const std::vector<std::string> plans = gather_strings(
-      cat("rank ", world.world_rank, " (group ", world.dp_rank, ", tp rank ", world.tp_rank, ")\n",
-          describe_rank_plan(backend_name, cfg, ckpt, shard, load)));
-  const bool fits = !any_rank(!rank_plan_fits(backend_name, cfg, ckpt, shard, load));
+      cat("rank ", world.world_rank, " (group ", world.dp_rank, ", tp rank ", world.tp_rank, ")\n", rank_plan.text));
+  const bool fits = !any_rank(!rank_plan.fits);
   report << "memory      per rank, backend " << backend_name
          << (fits ? "" : " (NOT enough device memory: a real run would refuse to start)") << "\n";
   for (const std::string& p : plans) report << indent(p, "  ");

@@ -57,8 +57,7 @@ void layout(const std::string& arch, const std::string& synthetic, int tp) {
   std::size_t worst_need = 0, host_after = 0;
   for (int r = 0; r < tp; ++r) {
     const TpShard shard{r, tp};
-    cuda::LocalShape s = cuda::LocalShape::of(cfg, shard, cuda::PackedSource::Checkpoint, &ckpt);
-    s.router_lo = cuda::routers_need_low_part(s, ckpt);
+    const cuda::LocalShape s = cuda::checkpoint_shape(cfg, shard, ckpt);
     const cuda::MemoryPlan got = cuda::plan_memory(s, o);
     const cuda::MemoryPlan want = cuda::plan_memory(cuda::LocalShape::of(own, shard, cuda::PackedSource::Config), o);
     same &= got.weight_bytes == want.weight_bytes && got.packed_bytes == want.packed_bytes &&

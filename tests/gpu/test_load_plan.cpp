@@ -69,8 +69,7 @@ void compare_fixture(const std::string& name, int tp, MoeSplit split) {
     for (const LayerWeights& l : host.layers)
       if (const auto* m = std::get_if<MoeWeights>(&l.ffn))
         for (const float v : m->router.w) ref.router_lo |= bf16_to_float(float_to_bf16(v)) != v;
-    cuda::LocalShape s = cuda::LocalShape::of(cfg, shard, cuda::PackedSource::Checkpoint, &ckpt);
-    s.router_lo = cuda::routers_need_low_part(s, ckpt);
+    const cuda::LocalShape s = cuda::checkpoint_shape(cfg, shard, ckpt);
     flags_agree &= s.router_lo == ref.router_lo;
     const std::vector<std::byte> want = cuda::DeviceWeights::reference_image(ref, host, &ckpt, &cfg.quant);
     cuda::LoadStats st;
@@ -119,8 +118,7 @@ void preread(const fs::path& dir, int tp = 1) {
   const ModelConfig cfg = load_model_config((dir / "config.json").string());
   const Checkpoint ckpt(checkpoint_files(dir.string()));
   for (int r = 0; r < tp; ++r) {
-    cuda::LocalShape s = cuda::LocalShape::of(cfg, {r, tp}, cuda::PackedSource::Checkpoint, &ckpt);
-    s.router_lo = cuda::routers_need_low_part(s, ckpt);
+    const cuda::LocalShape s = cuda::checkpoint_shape(cfg, {r, tp}, ckpt);
     cuda::HostTarget nowhere(nullptr);
     cuda::run_load_plan(cuda::plan_load(s, ckpt, cfg.quant), nowhere, cuda::LoaderOptions{});
   }

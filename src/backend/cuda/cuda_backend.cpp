@@ -37,14 +37,12 @@ AttentionKernel resolve_attention(AttentionKernel requested, std::int64_t qk_dim
   return requested;
 }
 
-// This rank's shape; the router gets a bf16 low part when its weights are not all bf16 values.
+// This rank's shape (from the checkpoint, the float32 host slices, or the config alone); the router
+// gets a bf16 low part when its weights are not all bf16 values.
 LocalShape rank_shape(const ModelConfig& config, const TpShard& shard, const ModelWeights* host,
                       const Checkpoint* ckpt) {
-  const PackedSource packed = ckpt != nullptr ? PackedSource::Checkpoint
-                              : host == nullptr ? PackedSource::Config
-                                                : PackedSource::None;
-  LocalShape s = LocalShape::of(config, shard, packed, ckpt);
-  if (host == nullptr && ckpt != nullptr) s.router_lo = routers_need_low_part(s, *ckpt);
+  if (ckpt != nullptr) return checkpoint_shape(config, shard, *ckpt);
+  LocalShape s = LocalShape::of(config, shard, host == nullptr ? PackedSource::Config : PackedSource::None);
   if (host != nullptr)
     for (const LayerWeights& l : host->layers)
       if (const auto* m = std::get_if<MoeWeights>(&l.ffn))

@@ -80,15 +80,15 @@ LoadPlan plan_load(const LocalShape& shape, const Checkpoint& ckpt, const QuantC
   return plan;
 }
 
-bool routers_need_low_part(const LocalShape& shape, const Checkpoint& ckpt) {
-  for (std::int64_t i = 0; i < shape.layers; ++i) {
-    if (!shape.moe_layer[std::size_t(i)]) continue;
-    const std::string name = shape.module(i, "mlp.gate.weight");
+LocalShape checkpoint_shape(const ModelConfig& config, const TpShard& shard, const Checkpoint& ckpt) {
+  LocalShape s = LocalShape::of(config, shard, PackedSource::Checkpoint, &ckpt);
+  for (std::int64_t i = 0; i < s.layers && !s.router_lo; ++i) {
+    if (!s.moe_layer[std::size_t(i)]) continue;
+    const std::string name = s.module(i, "mlp.gate.weight");
     if (ckpt.info(name).dtype == DType::BF16) continue;
-    for (const float v : ckpt.read(name, {shape.experts, shape.hidden}))
-      if (bf16_to_float(float_to_bf16(v)) != v) return true;
+    for (const float v : ckpt.read(name, {s.experts, s.hidden})) s.router_lo |= bf16_to_float(float_to_bf16(v)) != v;
   }
-  return false;
+  return s;
 }
 
 }  // namespace layertap::cuda

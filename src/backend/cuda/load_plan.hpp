@@ -53,8 +53,9 @@ struct LoadPlan {
 // or when an INT4 weight_shape records another shape.
 LoadPlan plan_load(const LocalShape& shape, const Checkpoint& ckpt, const QuantConfig& quant);
 
-// Whether any MoE router of `ckpt` holds a value that bf16 does not represent (it then gets a
-// bf16 low part on the device, LocalShape::router_lo). Reads the routers unless stored as bf16.
-bool routers_need_low_part(const LocalShape& shape, const Checkpoint& ckpt);
+// This rank's shape for loading `ckpt`: Linears packed as the checkpoint stores them
+// (PackedSource::Checkpoint), and a bf16 low part for the routers (LocalShape::router_lo) when any
+// router holds a value bf16 does not represent (read unless stored as bf16).
+LocalShape checkpoint_shape(const ModelConfig& config, const TpShard& shard, const Checkpoint& ckpt);
 
 }  // namespace layertap::cuda
