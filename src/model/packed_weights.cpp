@@ -70,15 +70,6 @@ std::optional<PackedLinear::Format> packed_format(const Checkpoint& ckpt, const 
   return std::nullopt;
 }
 
-int64_t packed_linear_bytes(PackedLinear::Format format, const QuantConfig& q, DType scale_dtype,
-                            const quant::Window& w) {
-  if (format == PackedLinear::Format::Fp8Block) {
-    const int64_t rp = w.row0 % q.block_rows, cp = w.col0 % q.block_cols;
-    return w.rows * w.cols + 4 * ceil_div(rp + w.rows, q.block_rows) * ceil_div(cp + w.cols, q.block_cols);
-  }
-  return w.rows * ceil_div(w.cols, 8) * 4 + w.rows * ceil_div(w.cols, q.group_size) * int64_t(dtype_size(scale_dtype));
-}
-
 void check_int4_weight_shape(const Checkpoint& ckpt, const std::string& module, int64_t out, int64_t in) {
   if (!ckpt.has(module + ".weight_shape")) return;
   const TensorInfo& shape = ckpt.info(module + ".weight_shape");

@@ -75,8 +75,4 @@ PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& quant
 // Throws naming the tensor when module's INT4 `weight_shape` (if present) does not record [out, in].
 void check_int4_weight_shape(const Checkpoint& ckpt, const std::string& module, int64_t out, int64_t in);
 
-// Bytes read_packed_linear gives for such a window (data + scales), from the shapes alone.
-int64_t packed_linear_bytes(PackedLinear::Format format, const QuantConfig& quant, DType scale_dtype,
-                            const quant::Window& win);
-
 }  // namespace layertap
