@@ -3,7 +3,8 @@
 Input: JSON Lines, one conversation a line, either ShareGPT
 (``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}``) or
 OpenAI-style (``{"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": ...}]}``),
-with an optional ``id`` (or ``conversation_id``).
+with an optional ``id`` (or ``conversation_id``) and an optional ``tools`` list of tool
+definitions, passed to the template as ``apply_chat_template(..., tools=...)`` does.
 
 Each conversation is rendered with the model directory's own tokenizer and chat template (local
 files only) and tokenized as ``apply_chat_template(..., tokenize=True)`` would
@@ -336,8 +337,28 @@ def _text(content: Any, where: str) -> str | None:
                       f"found {_json_type(content)}")
 
 
-def normalize_record(rec: Any) -> tuple[list[dict], Any]:
-    """(messages with ``role``/``content``, id or None) for a ShareGPT or OpenAI-style record."""
+def _tools(rec: dict) -> list | None:
+    """The record's tool definitions (``tools``: a list of objects, or a string holding one, as
+    ShareGPT function-calling sets store it), or None where it has none."""
+    tools = rec.get("tools")
+    if tools is None:
+        return None
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            raise RecordError("\"tools\" is a string that does not hold JSON") from None
+    if not isinstance(tools, list):
+        raise RecordError(f"\"tools\" must be a list of tool definitions, found {_json_type(tools)}")
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise RecordError(f"tools[{i}]: expected an object, found {_json_type(t)}")
+    return tools
+
+
+def normalize_record(rec: Any) -> tuple[list[dict], Any, list | None]:
+    """(messages with ``role``/``content``, id or None, tool definitions or None) for a ShareGPT
+    or OpenAI-style record."""
     if not isinstance(rec, dict):
         raise RecordError(f"expected a JSON object, found {_json_type(rec)}")
     if "messages" in rec and "conversations" in rec:
@@ -386,7 +407,7 @@ def normalize_record(rec: Any) -> tuple[list[dict], Any]:
     if isinstance(rid, int) and not -2**63 <= rid < 2**64:
         raise RecordError(f"\"id\" {_short(rid)} does not fit in 64 bits, as layertap extract "
                           "reads integer ids; write it as a string")
-    return messages, rid
+    return messages, rid, _tools(rec)
 
 
 # JSON escapes that can decode to a surrogate (a lone one is not text: no tokenizer, no UTF-8
@@ -478,9 +499,11 @@ class Renderer:
         except Exception:
             pass
 
-    def render_text(self, messages: list[dict], generation_prompt: bool) -> str:
+    def render_text(self, messages: list[dict], generation_prompt: bool, tools: list | None = None) -> str:
+        # a record's own tools win over a run-wide --template-arg tools=[...]
+        kw = self.kw if tools is None else {**self.kw, "tools": tools}
         return self.tok.apply_chat_template(messages, tokenize=False,
-                                            add_generation_prompt=generation_prompt, **self.kw)
+                                            add_generation_prompt=generation_prompt, **kw)
 
     # -- tokens and their characters
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
@@ -513,13 +536,13 @@ class Renderer:
         return ids, offsets
 
     # -- where assistant turn j's content lies in the full rendering
-    def _content_span(self, messages: list[dict], j: int, full: str) -> tuple[int, int]:
+    def _content_span(self, messages: list[dict], j: int, full: str, tools) -> tuple[int, int]:
         others = []
         for v in VARIANTS:
             alt = list(messages)
             alt[j] = {**messages[j], "content": v}
             try:
-                others.append(self.render_text(alt, False))
+                others.append(self.render_text(alt, False, tools))
             except Exception as e:
                 raise RecordError(f"turn {j}: the chat template fails when this assistant turn's "
                                   f"content is changed ({e}), so the content cannot be located") from None
@@ -541,28 +564,29 @@ class Renderer:
             cs = min(cs, _common_suffix(full, other, min(len(full), len(other)) - p))
         return cp, len(full) - cs
 
-    def _prompt(self, messages: list[dict], j: int, full: str, cache: dict):
+    def _prompt(self, messages: list[dict], j: int, full: str, tools, cache: dict):
         """(the generation prompt before turn j, where the conversation before turn j ends in
         the full rendering, or None where the full rendering does not begin with it)."""
         if j == 0:
             return self.probe_prompt, None
-        q, p = self._render_cached(messages, j, False, cache), self._render_cached(messages, j, True, cache)
+        q, p = (self._render_cached(messages, j, False, tools, cache),
+                self._render_cached(messages, j, True, tools, cache))
         start = len(q) if q is not None and full.startswith(q) else None
         if q is not None and p is not None and p.startswith(q):
             return p[len(q):], start
         return self.probe_prompt, start
 
-    def _render_cached(self, messages, k, gen, cache):
+    def _render_cached(self, messages, k, gen, tools, cache):
         if (k, gen) not in cache:
             try:
-                cache[k, gen] = self.render_text(messages[:k], gen)
+                cache[k, gen] = self.render_text(messages[:k], gen, tools)
             except Exception:           # a prefix the template refuses (roles must alternate)
                 cache[k, gen] = None
         return cache[k, gen]
 
-    def __call__(self, messages: list[dict]) -> Rendered:
+    def __call__(self, messages: list[dict], tools: list | None = None) -> Rendered:
         try:
-            full = self.render_text(messages, False)
+            full = self.render_text(messages, False, tools)
         except Exception as e:  # jinja raise_exception, missing keys, ...
             raise RecordError(f"the chat template refused the conversation: {e}") from None
         ids, offsets = self.encode(full)
@@ -571,11 +595,11 @@ class Renderer:
         starts = [s for s, _ in offsets]
         cache: dict = {}
         turns = [j for j, m in enumerate(messages) if m["role"] == "assistant"]
-        content = {j: self._content_span(messages, j, full) for j in turns}
+        content = {j: self._content_span(messages, j, full, tools) for j in turns}
         spans, prev_end = [], 0
         for n, j in enumerate(turns):
             a, b = content[j]
-            prompt, start = self._prompt(messages, j, full, cache)
+            prompt, start = self._prompt(messages, j, full, tools, cache)
             if a < prev_end or (start is not None and start > a):
                 raise RecordError(f"turn {j}: the template writes text before this assistant turn "
                                   "that depends on its content, so where the turn starts is not "
@@ -597,7 +621,7 @@ class Renderer:
             # that, before the next assistant content)
             turn_end = len(full)
             if j + 1 < len(messages):
-                nxt = self._render_cached(messages, j + 1, False, cache)
+                nxt = self._render_cached(messages, j + 1, False, tools, cache)
                 turn_end = len(nxt) if nxt is not None and full.startswith(nxt) and len(nxt) >= b else None
             bound = turn_end if turn_end is not None else (
                 content[turns[n + 1]][0] if n + 1 < len(turns) else len(full))
@@ -706,8 +730,8 @@ def _prepare_line(renderer: Renderer, max_tokens: int | None, line_no: int, line
             raise RecordError(f"the line is {line.size} bytes, over --max-record-bytes "
                               f"{line.limit}; not parsed")
         rec = _parse_line(line)
-        messages, rid = normalize_record(rec)
-        r = renderer(messages)
+        messages, rid, tools = normalize_record(rec)
+        r = renderer(messages, tools)
         ids, mask = r.input_ids, r.loss_mask
         truncated = max_tokens is not None and len(ids) > max_tokens
         if truncated:
@@ -911,7 +935,8 @@ def prepare(in_path: str, out_path: str, renderer: Renderer, max_tokens: int | N
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="layertap-prep",
-        description="Render conversations (ShareGPT or OpenAI messages JSONL) with a model's "
+        description="Render conversations (ShareGPT or OpenAI messages JSONL, with an "
+                    "optional \"tools\" list of tool definitions) with a model's "
                     "tokenizer and chat template into layertap's token JSONL "
                     "({id, input_ids, loss_mask}); loss_mask is 1 exactly on the tokens the "
                     "assistant generates (its content, the reasoning and tool calls the "
@@ -934,7 +959,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra end-of-turn token: a token string of the vocabulary, or an id "
                         "(a number is an id); repeatable")
     p.add_argument("--template-arg", action="append", default=[], metavar="KEY=JSON",
-                   help="extra chat-template variable, e.g. enable_thinking=false; repeatable")
+                   help="extra chat-template variable, e.g. enable_thinking=false (tools=[...] "
+                        "for every record without its own \"tools\"); repeatable")
     p.add_argument("--workers", type=int, default=1,
                    help="processes rendering conversations (each starts with the loaded "
                         "tokenizer); the output is the same in any case, in input order")

@@ -64,7 +64,8 @@ LLAMA31 = (
 # Qwen3 style: reasoning (a "reasoning_content" field, or <think>...</think> at the start of the
 # content) is kept only for the assistant turns after the last user message, and a think block is
 # always written for the final turn; tool calls in <tool_call> tags; consecutive tool results in
-# one user turn; enable_thinking=false prompts with an empty think block.
+# one user turn; tool definitions in the system block; enable_thinking=false prompts with an
+# empty think block.
 QWEN3 = (
     "{%- macro tail(m, c) -%}{{- c -}}"
     "{%- for tc in m['tool_calls'] or [] -%}"
@@ -72,7 +73,11 @@ QWEN3 = (
     "{{- '<tool_call>\\n{\"name\": \"' + tc['function']['name'] + '\", \"arguments\": ' + tc['function']['arguments'] | tojson + '}\\n</tool_call>' -}}"
     "{%- endfor -%}{{- '<|im_end|>' -}}{%- endmacro -%}"
     "{%- set off = enable_thinking is defined and enable_thinking is false -%}"
-    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- if tools -%}{{- '<|im_start|>system\\n' -}}"
+    "{%- if messages[0]['role'] == 'system' -%}{{- messages[0]['content'] + '\\n\\n' -}}{%- endif -%}"
+    "{{- '# Tools\\n<tools>' -}}{%- for t in tools -%}{{- '\\n' + t | tojson -}}{%- endfor -%}"
+    "{{- '\\n</tools><|im_end|>\\n' -}}"
+    "{%- elif messages[0]['role'] == 'system' -%}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' -}}{%- endif -%}"
     "{%- set ns = namespace(last_query=-1) -%}"
     "{%- for m in messages -%}{%- if m['role'] == 'user' -%}{%- set ns.last_query = loop.index0 -%}"
@@ -110,8 +115,8 @@ QWEN3 = (
 # Kimi-K2.5 style: <|im_system|>/<|im_user|>/<|im_assistant|> role tags with <|im_middle|>, a
 # default system prompt, reasoning in <think>...</think> kept for the turns after the last user
 # message (earlier turns render an empty one), tool calls in Kimi's sections, tool results as
-# "## Return of <id>". The generation prompt ends in <think> (thinking) or <think></think>
-# (thinking=false).
+# "## Return of <id>", tool definitions in a tool_declare block. The generation prompt ends in
+# <think> (thinking) or <think></think> (thinking=false).
 KIMI = (
     "{%- macro tail(m, c) -%}{{- c -}}"
     "{%- if m['tool_calls'] -%}{{- '<|tool_calls_section_begin|>' -}}"
@@ -123,6 +128,7 @@ KIMI = (
     "{%- set ns = namespace(last_user=-1) -%}"
     "{%- for m in messages -%}{%- if m['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}"
     "{%- endif -%}{%- endfor -%}"
+    "{%- if tools -%}{{- '<|im_system|>tool_declare<|im_middle|>' + tools | tojson + '<|im_end|>' -}}{%- endif -%}"
     "{%- if messages[0]['role'] != 'system' -%}"
     "{{- '<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>' -}}"
     "{%- endif -%}"

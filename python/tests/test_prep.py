@@ -283,6 +283,16 @@ def test_malformed_records(rec, why):
         normalize_record(rec)
 
 
+def test_tools_as_a_list_or_a_json_string():
+    """A record's tool definitions reach the template as a list: given as one, or as a string
+    holding one (ShareGPT function-calling sets); a record without them has None."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    turns = [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]
+    assert normalize_record({"conversations": turns, "tools": tools})[2] == tools
+    assert normalize_record({"conversations": turns, "tools": json.dumps(tools)})[2] == tools
+    assert normalize_record({"conversations": turns})[2] is None
+
+
 def test_cli_counts_reports_and_truncates(tmp_path):
     d, _ = _tok(tmp_path, CHATML, "<|im_end|>")
     conv = lambda a: {"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": a}]}

@@ -43,6 +43,20 @@ QUESTIONS = ["Hi", "What is 2+2?", "  leading user spaces", "Tell me about 日�
 REASONING = ["I should answer briefly.", "\nStep 1.\nStep 2.\n"]
 
 
+# the tool definitions a record that calls tools carries ("tools", passed to the template)
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city, «in °C».",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def record(i, messages):
+    """The input line of conversation i: tool definitions with every conversation that calls a tool."""
+    rec = {"id": f"c{i}", "messages": messages}
+    if any(m.get("tool_calls") for m in messages):
+        rec["tools"] = TOOLS
+    return rec
+
+
 def _tool_exchange(rng, k):
     call = {"id": f"functions.get_weather:{k}", "type": "function",
             "function": {"name": "get_weather", "arguments": {"city": rng.choice(["Paris", "Köln"])}}}
@@ -132,19 +146,19 @@ def family_dirs(smollm2_tokenizer_dir, tmp_path_factory):
     return out
 
 
-def reference(tok, messages, tagged, kw):
+def reference(tok, messages, tagged, kw, tools=None):
     """ids, mask and text from transformers' {% generation %} tracking. For a slow tokenizer
     (no offsets in transformers) the spans are mapped to tokens with tiktoken's own offsets and
     transformers' rule (a token with any character in a span)."""
     if getattr(tok, "is_fast", False):
-        enc = tok.apply_chat_template(messages, chat_template=tagged, tokenize=True, return_dict=True,
-                                      return_assistant_tokens_mask=True, **kw)
-        text = tok.apply_chat_template(messages, chat_template=tagged, tokenize=False, **kw)
+        enc = tok.apply_chat_template(messages, tools=tools, chat_template=tagged, tokenize=True,
+                                      return_dict=True, return_assistant_tokens_mask=True, **kw)
+        text = tok.apply_chat_template(messages, tools=tools, chat_template=tagged, tokenize=False, **kw)
         return list(enc["input_ids"]), list(enc["assistant_masks"]), text
     from transformers.utils.chat_template_utils import render_jinja_template
 
     msgs = [{k: v for k, v in m.items() if v is not None} for m in messages]
-    (text,), (spans,) = render_jinja_template(conversations=[msgs], chat_template=tagged,
+    (text,), (spans,) = render_jinja_template(conversations=[msgs], tools=tools, chat_template=tagged,
                                               return_assistant_tokens_mask=True,
                                               **tok.special_tokens_map, **kw)
     ids = tok(text, add_special_tokens=False)["input_ids"]
@@ -178,7 +192,7 @@ def test_family_matches_generation_reference(family_dirs, name, tmp_path):
     d, tagged, kw = family_dirs[name]
     tok = _load(d, name)
     convs = conversations()
-    lines = [{"id": f"c{i}", "messages": m} for i, m in enumerate(convs)]
+    lines = [record(i, m) for i, m in enumerate(convs)]
     raises = RAISES[name.split("-")[0]]
     bad = {len(lines) + 1: "malformed JSON", len(lines) + 2: "only text",
            len(lines) + 3: "chat template refused"}
@@ -196,8 +210,10 @@ def test_family_matches_generation_reference(family_dirs, name, tmp_path):
         for m in convs:
             assert tok.apply_chat_template(m, tokenize=False) == \
                 tok.apply_chat_template(m, tokenize=False, chat_template=plain(tagged))
-    for rec, msgs in zip(got, convs):
-        ids, mask, text = reference(tok, normalize_record({"messages": msgs})[0], tagged, kw)
+    assert sum("tools" in rec for rec in lines[:len(convs)]) >= 2
+    for rec, line in zip(got, lines):
+        messages, _, tools = normalize_record(line)
+        ids, mask, text = reference(tok, messages, tagged, kw, tools)
         assert rec["input_ids"] == ids, (rec["id"], text)
         assert rec["loss_mask"] == mask, (rec["id"], text, _diff(tok, ids, rec["loss_mask"], mask))
 
@@ -232,7 +248,7 @@ def test_truncation_inside_an_assistant_turn(family_dirs, name, tmp_path):
 
 def test_workers_write_the_same_bytes(family_dirs, tmp_path):
     d, _, _ = family_dirs["chatml"]
-    lines = [{"id": f"c{i}", "messages": m} for i, m in enumerate(conversations(n_random=150))]
+    lines = [record(i, m) for i, m in enumerate(conversations(n_random=150))]
     lines.insert(7, "not json")
     src = write_jsonl(tmp_path / "in.jsonl", lines)
     outs = []
