@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_tokenizer", "end_of_turn_ids", "normalize_record", "Renderer", "RecordError",
+__all__ = ["load_tokenizer", "provide_moved_names", "end_of_turn_ids", "normalize_record", "Renderer", "RecordError",
            "RunError", "prepare", "main", "DEFAULT_MAX_RECORD_BYTES"]
 
 SHAREGPT_ROLES = {
@@ -151,6 +151,19 @@ def _tokenizer_code(d: Path) -> str | None:
     return None if isinstance(own, str) and hasattr(transformers, own) else names
 
 
+def provide_moved_names() -> None:
+    """Give tokenizers shipped as code the transformers names they import that transformers 5
+    moved: Kimi-K2 and Kimi-K2.5's tokenization_kimi.py imports ``bytes_to_unicode`` (GPT-2's
+    byte-to-printable-character table) from the GPT-2 tokenizer module, which no longer defines
+    it; ``transformers.convert_slow_tokenizer`` keeps the same table. Only a missing name is
+    added; nothing transformers defines is replaced."""
+    import transformers.models.gpt2.tokenization_gpt2 as gpt2
+
+    if not hasattr(gpt2, "bytes_to_unicode"):
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+        gpt2.bytes_to_unicode = bytes_to_unicode
+
+
 def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None,
                    trust_remote_code: bool = False):
     """The model directory's tokenizer, from local files only. A directory holding a single
@@ -181,6 +194,7 @@ def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None,
         kw["gguf_file"] = gguf_file
     if trust_remote_code:
         kw["trust_remote_code"] = True
+        provide_moved_names()
     try:
         tok = AutoTokenizer.from_pretrained(str(d), **kw)
     except Exception as e:      # transformers and tokenizers raise anything, naming no file

@@ -27,6 +27,9 @@ def learn_merges(text: str, n_merges: int) -> dict[bytes, int]:
     import regex
 
     from importlib.util import module_from_spec, spec_from_file_location
+
+    from layertap.prep import provide_moved_names
+    provide_moved_names()          # the class file imports what Kimi's does
     spec = spec_from_file_location("tokenization_kimi", CLASS_FILE)
     mod = module_from_spec(spec)
     spec.loader.exec_module(mod)

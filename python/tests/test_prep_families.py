@@ -262,6 +262,26 @@ def test_workers_write_the_same_bytes(family_dirs, tmp_path):
     assert outs[0][1][0]["line"] == 8
 
 
+def test_kimi_tokenizer_loads_in_a_fresh_process(family_dirs, tmp_path):
+    """The class file imports bytes_to_unicode from transformers' GPT-2 module, as Kimi-K2.5's
+    tokenization_kimi.py does; transformers 5 moved it, and a fresh layertap-prep process (no
+    test module has provided the name) must still load the tokenizer and write the record as
+    the in-process reference has it."""
+    import subprocess
+    import sys
+
+    d, tagged, kw = family_dirs["kimi"]
+    msgs = [{"role": "user", "content": "Weather?"}] + _tool_exchange(random.Random(4), 0)
+    src = write_jsonl(tmp_path / "in.jsonl", [record(0, msgs)])
+    out = tmp_path / "o.jsonl"
+    r = subprocess.run([sys.executable, "-m", "layertap.prep", *_args(d, "kimi", kw), "--in", str(src),
+                        "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (rec,) = [json.loads(l) for l in out.read_text().splitlines()]
+    ids, mask, _ = reference(_load(d, "kimi"), msgs, tagged, kw, TOOLS)
+    assert (rec["input_ids"], rec["loss_mask"]) == (ids, mask)
+
+
 def test_remote_code_tokenizer_needs_the_flag(family_dirs, tmp_path, capsys):
     d, _, _ = family_dirs["kimi"]
     src = write_jsonl(tmp_path / "in.jsonl", [{"messages": [{"role": "user", "content": "Q"},
