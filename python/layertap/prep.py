@@ -59,6 +59,8 @@ import reprlib
 import sys
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -823,7 +825,9 @@ def _chunks(lines, size, max_bytes=1 << 20):
 
 def _results(lines, renderer, max_tokens, workers, chunk_size=32):
     """Every result in input order; with workers > 1, chunks are rendered in forked processes,
-    at most 4 chunks a worker in flight so memory stays bounded on any input size."""
+    at most 4 chunks a worker in flight so memory stays bounded on any input size. A worker that
+    dies (the OOM killer, a signal) ends the run with RunError naming the lines it held, rather
+    than leaving the run waiting for results that never come."""
     global _WORKER
     if workers <= 1:
         for chunk in _chunks(lines, chunk_size):
@@ -831,16 +835,30 @@ def _results(lines, renderer, max_tokens, workers, chunk_size=32):
                 yield _prepare_line(renderer, max_tokens, n, line)
         return
     _WORKER = (renderer, max_tokens)
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers) as pool:
-        pending: deque = deque()
+    pending: deque = deque()
+
+    def first_of_pending():
+        future, chunk = pending[0]
+        try:
+            result = future.result()
+        except BrokenProcessPool:      # which worker held which chunk is not known: name them all
+            first, last = chunk[0][0], pending[-1][1][-1][0]
+            raise RunError(f"a --workers process died (killed by a signal or out of memory) while "
+                           f"lines {first}-{last} were being rendered; nothing was written") from None
+        pending.popleft()
+        return result
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
         for chunk in _chunks(lines, chunk_size):
-            pending.append(pool.apply_async(_prepare_chunk, (chunk,)))
+            pending.append((pool.submit(_prepare_chunk, chunk), chunk))
             if len(pending) >= 4 * workers:
-                yield from pending.popleft().get()
+                yield from first_of_pending()
         while pending:
-            yield from pending.popleft().get()
-    _WORKER = None
+            yield from first_of_pending()
+    finally:
+        pool.shutdown(cancel_futures=True)     # a run ended early renders no more chunks
+        _WORKER = None
 
 
 def _open_input(in_path: str):

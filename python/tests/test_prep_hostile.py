@@ -9,6 +9,7 @@ exit code 2. Lines longer than --max-record-bytes are refused before they are de
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -193,6 +194,41 @@ def test_every_row_at_once_with_workers(tok_dir, tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert (tmp_path / "p.jsonl").read_bytes().splitlines(keepends=True) == runs[0][0]
     assert len(r.stderr.splitlines()) == len(refused) + 1          # one line each, and the summary
+
+
+def test_a_killed_worker_ends_the_run(tok_dir, tmp_path, monkeypatch, capsys):
+    """A --workers process that dies (as the OOM killer ends one) ends the run in one line naming
+    the lines it held, exit 2, no output and no .tmp left, instead of waiting for ever."""
+    import signal
+
+    parent, real = os.getpid(), prep._prepare_line
+
+    def dies_on_line_40(renderer, max_tokens, line_no, line):     # forked workers inherit it
+        if line_no == 40 and os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(renderer, max_tokens, line_no, line)
+
+    monkeypatch.setattr(prep, "_prepare_line", dies_on_line_40)
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"".join(enc(conv(f"r{i}")) + b"\n" for i in range(200)))
+    out = tmp_path / "out.jsonl"
+    def hung(*_):
+        raise TimeoutError("the run still waits 120 s after its worker died")
+
+    old = signal.signal(signal.SIGALRM, hung)  # a hang fails the test instead of stalling the suite
+    signal.alarm(120)
+    try:
+        rc = main(["--model", str(tok_dir), "--in", str(src), "--out", str(out), "--workers", "2"])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    (msg,) = err.splitlines()
+    m = re.search(r"a --workers process died \(killed by a signal or out of memory\) while lines "
+                  r"(\d+)-(\d+) were being rendered; nothing was written", msg)
+    assert m and int(m[1]) <= 40 <= int(m[2]), msg
+    assert not out.exists() and not os.path.exists(str(out) + ".tmp")
 
 
 def test_a_50_mb_record_is_refused_before_parsing(tok_dir, tmp_path, monkeypatch):
