@@ -18,7 +18,7 @@ import pytest
 from helpers import CHATML, make_char_tokenizer, write_jsonl
 
 from layertap import prep
-from layertap.prep import DEFAULT_MAX_RECORD_BYTES, main
+from layertap.prep import DEFAULT_MAX_MESSAGES, DEFAULT_MAX_RECORD_BYTES, main
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 LIMIT = 256 << 10          # --max-record-bytes for the table: the deep-nesting row fits under it
@@ -119,6 +119,9 @@ ROWS = [
     ("tools_string_not_json", enc(conv("t", tools="[{")), '"tools" is a string that does not hold JSON'),
     ("tools_entry_not_an_object", enc(conv("t", tools=[{"type": "function"}, "f"])),
      "tools[1]: expected an object, found a string"),
+    ("over_max_messages", enc({"messages": [{"role": ("user", "assistant")[i % 2], "content": "x"}
+                                            for i in range(DEFAULT_MAX_MESSAGES + 1)]}),
+     f"{DEFAULT_MAX_MESSAGES + 1} messages, over --max-messages {DEFAULT_MAX_MESSAGES}"),
     ("empty_line", b"", SKIPPED),
     ("whitespace_line", b" \t  \r", SKIPPED),
     ("crlf_line", enc(conv("crlf")) + b"\r", WRITTEN),
@@ -194,6 +197,18 @@ def test_every_row_at_once_with_workers(tok_dir, tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert (tmp_path / "p.jsonl").read_bytes().splitlines(keepends=True) == runs[0][0]
     assert len(r.stderr.splitlines()) == len(refused) + 1          # one line each, and the summary
+
+
+def test_max_messages_is_the_bound(tok_dir, tmp_path):
+    """--max-messages N renders a conversation of N messages and refuses one of N + 1."""
+    turns = lambda n: [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(n)]
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "six", "messages": turns(6)},
+                                              {"id": "seven", "messages": turns(7)}])
+    rc, out, report = _run(tok_dir, src, tmp_path, "--max-messages", "6")
+    assert rc == 0 and [json.loads(l)["id"] for l in out] == ["six"]
+    (e,) = report["errors"]
+    assert e["line"] == 2 and "7 messages, over --max-messages 6" in e["error"], e
+    assert report["max_messages"] == 6
 
 
 def test_a_killed_worker_ends_the_run(tok_dir, tmp_path, monkeypatch, capsys):
