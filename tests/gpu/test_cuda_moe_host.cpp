@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/cpu/moe.hpp"
+#include "backend/route_params.hpp"
 #include "host_check.hpp"
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/local_shape.hpp"
@@ -56,19 +57,6 @@ std::uint32_t bits(float f) {
 // ---------------------------------------------------------------------------------------------
 // Routing
 
-kernels::RouteParams params_of(const MoeConfig& m) {
-  kernels::RouteParams p;
-  p.kind = m.routing == MoeConfig::Routing::SigmoidGroupedTopk ? kernels::RouteParams::SigmoidGroupedTopk
-                                                               : kernels::RouteParams::SoftmaxTopk;
-  p.num_experts = std::int32_t(m.num_experts);
-  p.top_k = std::int32_t(m.experts_per_token);
-  p.n_group = std::int32_t(m.n_group);
-  p.topk_group = std::int32_t(m.topk_group);
-  p.norm_topk_prob = m.norm_topk_prob;
-  p.routed_scaling_factor = float(m.routed_scaling_factor);
-  return p;
-}
-
 // T tokens of logits drawn from `levels` values (few levels: many ties), through an identity
 // router so that cpu::route sees exactly these logits.
 void routing_case(const std::string& name, const MoeConfig& m, int levels, std::uint64_t seed) {
@@ -88,7 +76,7 @@ void routing_case(const std::string& name, const MoeConfig& m, int levels, std::
   std::vector<float> h(std::size_t(T * E));
   for (float& x : h) x = levels > 0 ? 0.5f * float(level(rng)) - 1.0f : normal(rng);
   const cpu::Routing want = cpu::route(m, w, h.data(), T, E);
-  const kernels::RouteParams p = params_of(m);
+  const kernels::RouteParams p = route_params(m);
   std::int64_t expert_diff = 0, weight_diff = 0;
   std::vector<float> logits(static_cast<std::size_t>(E)), choice(static_cast<std::size_t>(E)),
       weights(static_cast<std::size_t>(k));
@@ -263,7 +251,7 @@ void fixtures() {
     const Checkpoint ckpt(checkpoint_files(fixture(name).string()));
     const cuda::LocalShape s = cuda::LocalShape::of(cfg, {0, 1}, cuda::PackedSource::Checkpoint, &ckpt);
     if (cfg.moe) {
-      const kernels::RouteParams want = params_of(*cfg.moe);
+      const kernels::RouteParams want = route_params(*cfg.moe);
       check(s.route.kind == want.kind && s.route.num_experts == want.num_experts && s.route.top_k == want.top_k &&
                 s.route.n_group == want.n_group && s.route.topk_group == want.topk_group &&
                 s.route.norm_topk_prob == want.norm_topk_prob &&

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/moe.hpp"
+#include "backend/route_params.hpp"
 #include "core/error.hpp"
 // Plain host C++ when not compiled by nvcc.
 #include "kernels/moe_routing.hpp"
@@ -209,22 +210,10 @@ bool sigmoid_routing(const MoeConfig& m) { return m.routing == MoeConfig::Routin
 // leave the group its best expert's score.
 bool nan_routes_as_minus_inf(const MoeConfig& m) { return !sigmoid_routing(m) || m.num_experts / m.n_group >= 3; }
 
-kernels::RouteParams params_of(const MoeConfig& m) {
-  kernels::RouteParams p;
-  p.kind = sigmoid_routing(m) ? kernels::RouteParams::SigmoidGroupedTopk : kernels::RouteParams::SoftmaxTopk;
-  p.num_experts = std::int32_t(m.num_experts);
-  p.top_k = std::int32_t(m.experts_per_token);
-  p.n_group = std::int32_t(m.n_group);
-  p.topk_group = std::int32_t(m.topk_group);
-  p.norm_topk_prob = m.norm_topk_prob;
-  p.routed_scaling_factor = float(m.routed_scaling_factor);
-  return p;
-}
-
 // kernels::route_token, token by token, over logits [T, E] (bias: E or empty = none).
 cpu::Routing route_kernel(const MoeConfig& m, const std::vector<float>& logits, const std::vector<float>& bias) {
   const int64_t E = m.num_experts, k = m.experts_per_token, T = int64_t(logits.size()) / E;
-  const kernels::RouteParams p = params_of(m);
+  const kernels::RouteParams p = route_params(m);
   cpu::Routing r;
   r.k = k;
   r.experts.resize(std::size_t(T * k));

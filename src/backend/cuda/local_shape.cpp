@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/route_params.hpp"
 #include "core/error.hpp"
 #include "model/packed_weights.hpp"
 
@@ -138,14 +139,7 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
     l.expert_inter = whole ? m.expert_intermediate_size : m.expert_intermediate_size / s.size;
     l.shared_inter = m.num_shared_experts * m.expert_intermediate_size / s.size;
     l.score_bias = m.score_bias;
-    l.route.kind = m.routing == MoeConfig::Routing::SigmoidGroupedTopk ? kernels::RouteParams::SigmoidGroupedTopk
-                                                                      : kernels::RouteParams::SoftmaxTopk;
-    l.route.num_experts = std::int32_t(m.num_experts);
-    l.route.top_k = std::int32_t(m.experts_per_token);
-    l.route.n_group = std::int32_t(m.n_group);
-    l.route.topk_group = std::int32_t(m.topk_group);
-    l.route.norm_topk_prob = m.norm_topk_prob ? 1 : 0;
-    l.route.routed_scaling_factor = float(m.routed_scaling_factor);
+    l.route = route_params(m);
   }
   l.block_rows = c.quant.block_rows;
   l.block_cols = c.quant.block_cols;
