@@ -2,6 +2,8 @@
 
 #include <csignal>
 
+#include "core/log.hpp"
+
 namespace layertap {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
@@ -36,9 +38,15 @@ void stop_point(const char* phase) {
   if (g_signal != 0) throw Stopped(phase);
 }
 
-StopPhase::StopPhase(const char* phase) : previous_(g_phase) { g_phase = phase; }
+// Each rank logs its start-up phases at debug level: where a start that hangs waits, rank by rank.
+StopPhase::StopPhase(const char* phase) : previous_(g_phase) {
+  g_phase = phase;
+  log_debug("start-up: ", phase);
+}
 void StopPhase::enter(const char* phase) {
-  if (!ended_) g_phase = phase;
+  if (ended_) return;
+  g_phase = phase;
+  log_debug("start-up: ", phase);
 }
 void StopPhase::end() {
   if (!ended_) g_phase = previous_;

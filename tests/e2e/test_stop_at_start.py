@@ -38,25 +38,29 @@ class StopAtStart(unittest.TestCase):
         env = dict(ENV, LAYERTAP_FAILPOINT=failpoint)
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
-    def wait_for(self, proc, text, log):
-        deadline = time.monotonic() + 120
+    def wait_for(self, proc, texts, log):
+        """Reads the run's output until every one of texts has appeared in a line."""
+        deadline, missing = time.monotonic() + 120, set(texts)
         for line in proc.stdout:
             log.append(line)
-            if text in line:
+            missing -= {t for t in missing if t in line}
+            if not missing:
                 return
-            self.assertLess(time.monotonic(), deadline, f"no '{text}' line")
-        self.fail(f"the run ended before '{text}':\n" + "".join(log))
+            self.assertLess(time.monotonic(), deadline, f"no {sorted(missing)} line")
+        self.fail(f"the run ended before {sorted(missing)}:\n" + "".join(log))
 
     def rank_pids(self, out):
         pids = subprocess.run(["pgrep", "-f", f"^{ARGS.layertap} extract .*{out}"], capture_output=True,
                               text=True).stdout.split()
         return sorted(map(int, pids))
 
-    def stop(self, np_, failpoint, phase, sig, signal_rank, extra=(), model=None):
+    def stop(self, np_, failpoint, phase, sig, signal_rank, extra=(), model=None, reached=()):
+        """reached: lines to wait for besides the failpoint's (a rank's debug line naming the
+        phase it has entered), so the signal lands in that phase on any machine."""
         out = self.tmp / f"out-{failpoint.split(':')[0]}-{sig.name}"
         log = []
         proc = self.start(np_, out, failpoint, extra, model)
-        self.wait_for(proc, "paused", log)
+        self.wait_for(proc, ["paused", *reached], log)
         time.sleep(2)  # let the other ranks reach their own wait (the tiny model loads in milliseconds)
         pids = self.rank_pids(out)
         self.assertEqual(len(pids), np_, "".join(log))
@@ -93,7 +97,9 @@ class StopAtStart(unittest.TestCase):
     def test_while_waiting_for_a_slower_rank(self):
         # Rank 0 is held loading its weights; rank 1 has loaded its own and waits in a collective:
         # the signal to rank 1 alone ends the job.
-        self.stop(2, "load-layer:2:pause@0", "waiting for the other ranks to load their weights", signal.SIGTERM, 1)
+        phase = "waiting for the other ranks to load their weights"
+        self.stop(2, "load-layer:2:pause@0", phase, signal.SIGTERM, 1, ["--log-level", "debug"],
+                  reached=[f"[layertap rank 1] debug: start-up: {phase}"])
 
     def test_pre_read_of_a_large_checkpoint(self):
         if not ARGS.cuda:
