@@ -1,7 +1,8 @@
 """layertap-prep: conversations to the token JSONL that `layertap extract` reads.
 
 Input: JSON Lines, one conversation a line, either ShareGPT
-(``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}``) or
+(``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}``, with
+LLaMA-Factory's ``function_call`` and ``observation`` tool turns) or
 OpenAI-style (``{"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": ...}]}``),
 with an optional ``id`` (or ``conversation_id``) and an optional ``tools`` list of tool
 definitions, passed to the template as ``apply_chat_template(..., tools=...)`` does.
@@ -74,6 +75,7 @@ SHAREGPT_ROLES = {
     "bard": "assistant", "bing": "assistant",
     "system": "system",
     "tool": "tool", "function": "tool", "observation": "tool",
+    "function_call": "assistant",     # its value holds tool calls (LLaMA-Factory): _sharegpt_calls
 }
 OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
 # Two stand-ins for an assistant's content that differ in their first and last characters, so
@@ -357,6 +359,28 @@ def _text(content: Any, where: str) -> str | None:
                       f"found {_json_type(content)}")
 
 
+def _sharegpt_calls(value: Any, where: str) -> list[dict]:
+    """The tool calls of a ShareGPT ``function_call`` turn (LLaMA-Factory's tool format): its
+    value holds, as JSON text, one call ``{"name": ..., "arguments": ...}`` or a list of them;
+    they become the OpenAI ``tool_calls`` of an assistant turn without content."""
+    try:
+        calls = json.loads(value) if isinstance(value, str) else None
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        calls = None
+    if isinstance(calls, dict):
+        calls = [calls]
+    if not isinstance(calls, list) or not calls:
+        raise RecordError(f"{where}: a \"function_call\" value must be JSON text holding a call "
+                          "{\"name\": ..., \"arguments\": ...} or a list of them")
+    out = []
+    for k, c in enumerate(calls):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or "arguments" not in c:
+            raise RecordError(f"{where}: call {k} is not an object with a string \"name\" and "
+                              "\"arguments\"")
+        out.append({"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}})
+    return out
+
+
 def _tools(rec: dict) -> list | None:
     """The record's tool definitions (``tools``: a list of objects, or a string holding one, as
     ShareGPT function-calling sets store it), or None where it has none."""
@@ -415,7 +439,11 @@ def normalize_record(rec: Any) -> tuple[list[dict], Any, list | None]:
                 raise RecordError(f"{where}: unknown \"from\" {_short(frm)}")
             if "value" not in t:
                 raise RecordError(f"{where}: no \"value\"")
-            msg = {"role": role, "content": _text(t["value"], where)}
+            if frm.lower() == "function_call":
+                msg = {"role": "assistant", "content": None,
+                       "tool_calls": _sharegpt_calls(t["value"], where)}
+            else:
+                msg = {"role": role, "content": _text(t["value"], where)}
         else:
             raise RecordError(f"{where}: neither \"role\"/\"content\" nor \"from\"/\"value\"")
         messages.append(msg)

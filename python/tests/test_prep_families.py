@@ -246,6 +246,37 @@ def test_truncation_inside_an_assistant_turn(family_dirs, name, tmp_path):
     assert [e["line"] for e in errors] == [2] and f"within the first {n}" in errors[0]["error"]
 
 
+@pytest.mark.parametrize("name", ["qwen3", "llama3"])
+def test_sharegpt_function_calls_equal_openai_tool_calls(family_dirs, name, tmp_path):
+    """LLaMA-Factory's ShareGPT tool format (a "tools" string, "function_call" turns holding the
+    call as JSON text, "observation" results) is prepared as the OpenAI record it stands for,
+    and both match the {% generation %} reference, the call masked as generated."""
+    d, tagged, kw = family_dirs[name]
+    call = {"name": "get_weather", "arguments": {"city": "Köln"}}
+    sharegpt = {"id": "t", "tools": json.dumps(TOOLS), "conversations": [
+        {"from": "human", "value": "Weather in Köln?"},
+        {"from": "function_call", "value": json.dumps(call)},
+        {"from": "observation", "value": '{"temp_c": 21}'},
+        {"from": "gpt", "value": "It is 21 °C."}]}
+    openai = {"id": "t", "tools": TOOLS, "messages": [
+        {"role": "user", "content": "Weather in Köln?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": call}]},
+        {"role": "tool", "content": '{"temp_c": 21}'},
+        {"role": "assistant", "content": "It is 21 °C."}]}
+    outs = []
+    for k, rec in enumerate([sharegpt, openai]):
+        src, out = write_jsonl(tmp_path / f"in{k}.jsonl", [rec]), tmp_path / f"out{k}.jsonl"
+        assert main([*_args(d, name, kw), "--in", str(src), "--out", str(out)]) == 0
+        outs.append(out.read_text())
+    assert outs[0] == outs[1]
+    got = json.loads(outs[0])
+    tok = _load(d, name)
+    ids, mask, _ = reference(tok, openai["messages"], tagged, kw, TOOLS)
+    assert (got["input_ids"], got["loss_mask"]) == (ids, mask)
+    masked = tok.decode([i for i, m in zip(ids, mask) if m])
+    assert "get_weather" in masked and "It is 21" in masked
+
+
 def test_workers_write_the_same_bytes(family_dirs, tmp_path):
     d, _, _ = family_dirs["chatml"]
     lines = [record(i, m) for i, m in enumerate(conversations(n_random=150))]

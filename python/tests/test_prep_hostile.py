@@ -122,6 +122,12 @@ ROWS = [
     ("over_max_messages", enc({"messages": [{"role": ("user", "assistant")[i % 2], "content": "x"}
                                             for i in range(DEFAULT_MAX_MESSAGES + 1)]}),
      f"{DEFAULT_MAX_MESSAGES + 1} messages, over --max-messages {DEFAULT_MAX_MESSAGES}"),
+    ("function_call_not_json", enc({"conversations": [{"from": "human", "value": "Q"},
+                                                      {"from": "function_call", "value": "get(1)"}]}),
+     'conversations[1]: a "function_call" value must be JSON text holding a call'),
+    ("function_call_without_name", enc({"conversations": [
+        {"from": "human", "value": "Q"}, {"from": "function_call", "value": '[{"arguments": {}}]'}]}),
+     'conversations[1]: call 0 is not an object with a string "name" and "arguments"'),
     ("empty_line", b"", SKIPPED),
     ("whitespace_line", b" \t  \r", SKIPPED),
     ("crlf_line", enc(conv("crlf")) + b"\r", WRITTEN),
