@@ -4,8 +4,9 @@ Input: JSON Lines, one conversation a line, either ShareGPT
 (``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}``, with
 LLaMA-Factory's ``function_call`` and ``observation`` tool turns) or
 OpenAI-style (``{"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": ...}]}``),
-with an optional ``id`` (or ``conversation_id``) and an optional ``tools`` list of tool
-definitions, passed to the template as ``apply_chat_template(..., tools=...)`` does.
+with an optional ``id`` (or ``conversation_id``), an optional ``system`` prompt (a string, the
+conversation's first message) and an optional ``tools`` list of tool definitions, passed to the
+template as ``apply_chat_template(..., tools=...)`` does.
 
 Each conversation is rendered with the model directory's own tokenizer and chat template (local
 files only) and tokenized as ``apply_chat_template(..., tokenize=True)`` would
@@ -447,6 +448,14 @@ def normalize_record(rec: Any) -> tuple[list[dict], Any, list | None]:
         else:
             raise RecordError(f"{where}: neither \"role\"/\"content\" nor \"from\"/\"value\"")
         messages.append(msg)
+    system = rec.get("system")
+    if system is not None:            # LLaMA-Factory's ShareGPT: the system prompt as a column
+        if not isinstance(system, str):
+            raise RecordError(f"\"system\" must be a string, found {_json_type(system)}")
+        if messages[0]["role"] == "system":
+            raise RecordError(f"has both a \"system\" and a system turn ({key}[0]); which one "
+                              "the conversation was held with is not known")
+        messages.insert(0, {"role": "system", "content": system})
     if not any(m["role"] == "assistant" for m in messages):
         raise RecordError("no assistant turn")
     rid = rec.get("id", rec.get("conversation_id"))

@@ -128,6 +128,11 @@ ROWS = [
     ("function_call_without_name", enc({"conversations": [
         {"from": "human", "value": "Q"}, {"from": "function_call", "value": '[{"arguments": {}}]'}]}),
      'conversations[1]: call 0 is not an object with a string "name" and "arguments"'),
+    ("system_not_a_string", enc(conv("s", system=["be brief"])), '"system" must be a string, found an array'),
+    ("system_twice", enc({"system": "A", "messages": [{"role": "system", "content": "B"},
+                                                      {"role": "user", "content": "Q"},
+                                                      {"role": "assistant", "content": "A"}]}),
+     'has both a "system" and a system turn (messages[0])'),
     ("empty_line", b"", SKIPPED),
     ("whitespace_line", b" \t  \r", SKIPPED),
     ("crlf_line", enc(conv("crlf")) + b"\r", WRITTEN),
