@@ -67,8 +67,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_tokenizer", "provide_moved_names", "end_of_turn_ids", "normalize_record", "Renderer", "RecordError",
-           "RunError", "prepare", "main", "DEFAULT_MAX_RECORD_BYTES", "DEFAULT_MAX_MESSAGES"]
+__all__ = ["load_tokenizer", "provide_moved_names", "end_of_turn_ids", "normalize_record",
+           "Renderer", "RecordError", "RunError", "prepare", "main", "DEFAULT_MAX_RECORD_BYTES",
+           "DEFAULT_MAX_MESSAGES"]
 
 SHAREGPT_ROLES = {
     "human": "user", "user": "user",
