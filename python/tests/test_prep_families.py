@@ -249,8 +249,9 @@ def test_truncation_inside_an_assistant_turn(family_dirs, name, tmp_path):
 @pytest.mark.parametrize("name", ["qwen3", "llama3"])
 def test_sharegpt_function_calls_equal_openai_tool_calls(family_dirs, name, tmp_path):
     """LLaMA-Factory's ShareGPT tool format (a "system" and a "tools" string beside the turns,
-    "function_call" turns holding the call as JSON text, "observation" results) is prepared as the OpenAI record it stands for,
-    and both match the {% generation %} reference, the call masked as generated."""
+    "function_call" turns holding the call as JSON text, "observation" results) is prepared as
+    the OpenAI record it stands for, and both match the {% generation %} reference, the call
+    masked as generated."""
     d, tagged, kw = family_dirs[name]
     call = {"name": "get_weather", "arguments": {"city": "Köln"}}
     sharegpt = {"id": "t", "system": "Be brief.", "tools": json.dumps(TOOLS), "conversations": [
