@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/checked.hpp"
 #include "core/digest.hpp"
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
@@ -102,12 +103,12 @@ class SafetensorsFile {
         for (const json& e : offsets) LT_CHECK(e.is_number_unsigned(), "'data_offsets' holds a negative offset");
         const auto off = offsets.get<std::vector<uint64_t>>();
         LT_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size_, "data_offsets out of the file");
-        uint64_t n = dtype_size(t.dtype);
+        int64_t n = int64_t(dtype_size(t.dtype));
         for (int64_t d : t.shape) {
           LT_CHECK(d >= 0, "negative dimension");
-          LT_CHECK(!__builtin_mul_overflow(n, uint64_t(d), &n), "shape ", shape_str(t.shape), " overflows 64 bits");
+          n = checked_mul(n, d, "the bytes its shape and dtype need");
         }
-        LT_CHECK(n == off[1] - off[0], "holds ", off[1] - off[0], " bytes, its shape and dtype need ", n);
+        LT_CHECK(uint64_t(n) == off[1] - off[0], "holds ", off[1] - off[0], " bytes, its shape and dtype need ", n);
         t.data = data_ + off[0];
         t.offset = uint64_t(data_ - base_) + off[0];
         spans.emplace_back(off[0], off[1]);
