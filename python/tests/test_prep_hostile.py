@@ -315,34 +315,13 @@ def _broken_tokenizer_json(d):
     return t
 
 
-def _config_not_json(d):
-    t = d / "tokenizer_config.json"
-    t.write_text("{not json")
-    return t
-
-
-def _config_an_array(d):
-    t = d / "tokenizer_config.json"
-    t.write_text("[]")
-    return t
-
-
-def _generation_config_not_json(d):
-    t = d / "generation_config.json"
-    t.write_text('{"eos_token_id": [1, ')
-    return t
-
-
-def _template_not_jinja(d):
-    t = d / "chat_template.jinja"
-    t.write_text("{% for m in messages %}{{ m.content ")
-    return t
-
-
-def _tokenizer_json_not_a_tokenizer(d):
-    t = d / "tokenizer.json"
-    t.write_text("{}")
-    return t
+def _model_file(name, text):
+    """A row's break: the model directory's file `name` rewritten as `text`."""
+    def breaks(m, w):
+        t = m / name
+        t.write_text(text)
+        return {}, t
+    return breaks
 
 
 # (name, what to break: (model dir, work dir) -> (args to change, the path the line must name),
@@ -361,13 +340,15 @@ RUN_ROWS = [
     ("report_is_out", lambda m, w: ({"--report": w / "out.jsonl"}, w / "out.jsonl"), True),
     ("model_missing", lambda m, w: ({"--model": w / "nomodel"}, w / "nomodel"), True),
     ("max_record_bytes_zero", lambda m, w: ({"--max-record-bytes": 0}, "--max-record-bytes"), True),
+    ("max_messages_zero", lambda m, w: ({"--max-messages": 0}, "--max-messages"), True),
     ("broken_tokenizer_json", lambda m, w: ({}, _broken_tokenizer_json(m)), True),
-    ("tokenizer_config_not_json", lambda m, w: ({}, _config_not_json(m)), True),
-    ("tokenizer_json_not_a_tokenizer",
-     lambda m, w: ({}, _tokenizer_json_not_a_tokenizer(m)), False),
-    ("tokenizer_config_an_array", lambda m, w: ({}, _config_an_array(m)), False),
-    ("generation_config_not_json", lambda m, w: ({}, _generation_config_not_json(m)), False),
-    ("chat_template_not_jinja", lambda m, w: ({}, _template_not_jinja(m)), False),
+    ("tokenizer_config_not_json", _model_file("tokenizer_config.json", "{not json"), True),
+    ("tokenizer_json_not_a_tokenizer", _model_file("tokenizer.json", "{}"), False),
+    ("tokenizer_config_an_array", _model_file("tokenizer_config.json", "[]"), False),
+    ("generation_config_not_json", _model_file("generation_config.json", '{"eos_token_id": [1, '),
+     False),
+    ("chat_template_not_jinja", _model_file("chat_template.jinja", "{% for m in messages %}{{ m.content "),
+     False),
 ]
 
 

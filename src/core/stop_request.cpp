@@ -39,10 +39,7 @@ void stop_point(const char* phase) {
 }
 
 // Each rank logs its start-up phases at debug level: where a start that hangs waits, rank by rank.
-StopPhase::StopPhase(const char* phase) : previous_(g_phase) {
-  g_phase = phase;
-  log_debug("start-up: ", phase);
-}
+StopPhase::StopPhase(const char* phase) : previous_(g_phase) { enter(phase); }
 void StopPhase::enter(const char* phase) {
   if (ended_) return;
   g_phase = phase;
