@@ -46,6 +46,9 @@ A record is a line of bytes, checked against ``--max-record-bytes`` before it is
 parsed; invalid UTF-8, lone surrogates, numbers Python cannot read and nesting too deep to parse
 are that record's refusal, never the run's. A problem of the whole run (an input, model or output
 path that cannot be used, a broken tokenizer file) is one line naming the file, with exit code 2.
+No Python of the model directory runs without ``--trust-remote-code`` (transformers is told
+``trust_remote_code=False``, and standard input is empty, so nothing prompts). ``--template-arg``
+values are JSON; anything else, Python's ``False`` included, is refused.
 ``--workers N`` renders in N forked processes; the output is the same bytes in the same order.
 """
 
@@ -53,6 +56,8 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
+import io
 import json
 import multiprocessing
 import os
@@ -174,11 +179,54 @@ def provide_moved_names() -> None:
         gpt2.bytes_to_unicode = bytes_to_unicode
 
 
+class _NoStdin(io.TextIOBase):
+    """Standard input while layertap-prep runs: empty, so nothing can prompt and wait for an
+    answer (transformers asks "Do you wish to run the custom code? [y/N]" when it is not told,
+    and a ``yes |`` would answer it); ``input()`` raises EOFError. ``--in /dev/stdin`` still
+    reads file descriptor 0."""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> str:
+        return ""
+
+    def readline(self, size: int | None = -1) -> str:
+        return ""
+
+
+@contextlib.contextmanager
+def _stdin_closed():
+    saved = sys.stdin
+    sys.stdin = _NoStdin()
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+def _code_files(d: Path) -> list[str]:
+    """The files of a model directory that name code shipped with it (an ``auto_map``)."""
+    names = []
+    for name in ("tokenizer_config.json", "config.json"):
+        try:
+            conf = json.loads((d / name).read_bytes().decode("utf-8-sig"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(conf, dict) and conf.get("auto_map"):
+            names.append(name)
+    return names
+
+
 def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None,
                    trust_remote_code: bool = False):
     """The model directory's tokenizer, from local files only. A directory holding a single
     ``.gguf`` file and no tokenizer files is read through transformers' GGUF support. A tokenizer
-    shipped as code (``auto_map`` in tokenizer_config.json) needs ``trust_remote_code``."""
+    shipped as code (``auto_map`` in tokenizer_config.json) needs ``trust_remote_code``. No code
+    of the directory runs without it: transformers is told ``trust_remote_code=False``
+    explicitly (it would otherwise ask on standard input), so an ``auto_map`` in config.json
+    for a config class the tokenizer does not need is not imported, and standard input is
+    empty while it loads."""
     d = Path(model_dir)
     if not d.is_dir():
         raise FileNotFoundError(f"--model {d}: not a directory")
@@ -199,15 +247,21 @@ def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None,
         raise ValueError(f"{d}: the tokenizer is code shipped with the model ({code}, named by "
                          "auto_map in tokenizer_config.json); pass --trust-remote-code to load "
                          "it (this runs the model directory's Python)")
-    kw: dict[str, Any] = {"local_files_only": True}
+    # trust_remote_code is always passed: left out (None), transformers prompts on stdin
+    kw: dict[str, Any] = {"local_files_only": True, "trust_remote_code": bool(trust_remote_code)}
     if gguf_file:
         kw["gguf_file"] = gguf_file
     if trust_remote_code:
-        kw["trust_remote_code"] = True
         provide_moved_names()
     try:
-        tok = AutoTokenizer.from_pretrained(str(d), **kw)
+        with _stdin_closed():
+            tok = AutoTokenizer.from_pretrained(str(d), **kw)
     except Exception as e:      # transformers and tokenizers raise anything, naming no file
+        if not trust_remote_code and "trust_remote_code" in str(e):
+            files = " and ".join(_code_files(d)) or "the model's files"
+            raise ValueError(f"{d}: loading the tokenizer needs code shipped with the model "
+                             f"(auto_map in {files}); pass --trust-remote-code to load it (this "
+                             "runs the model directory's Python)") from None
         raise ValueError(_why_tokenizer_fails(d, gguf_file, e)) from None
     if not getattr(tok, "is_fast", False) and _byte_source(tok) is None:
         raise ValueError(f"{d}: the tokenizer is neither a fast (Rust) tokenizer nor a tiktoken "
@@ -318,16 +372,19 @@ def end_of_turn_ids(tok, model_dir: str | os.PathLike | None = None,
     for e in extra or []:
         e = str(e)
         if e.isascii() and e.isdigit():       # a number is an id
-            if int(e) >= len(tok):
-                raise ValueError(f"--eot {e}: not an id of this tokenizer (it has {len(tok)})")
-            ids.add(int(e))
+            # compared by its digits first: int() refuses more than 4,300 of them, naming no option
+            digits = e.lstrip("0") or "0"
+            if len(digits) > len(str(len(tok))) or int(digits) >= len(tok):
+                shown = e if len(e) <= 40 else f"{e[:20]}... ({len(e)} digits)"
+                raise ValueError(f"--eot {shown}: not an id of this tokenizer (it has {len(tok)})")
+            ids.add(int(digits))
             continue
         if vocab is None:
             vocab = {**tok.get_vocab(), **getattr(tok, "added_tokens_encoder", {})}
         # looked up in the vocabulary, not through convert_tokens_to_ids: that maps unknown
         # strings to the unk id, which is also a real token (SmolLM2's <|endoftext|> is id 0)
         if e not in vocab:
-            raise ValueError(f"--eot {e!r} is not a token of this tokenizer's vocabulary")
+            raise ValueError(f"--eot {_short(e)} is not a token of this tokenizer's vocabulary")
         ids.add(int(vocab[e]))
     return ids
 
@@ -1029,7 +1086,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true",
                    help="load a tokenizer the model directory ships as code (auto_map in "
                         "tokenizer_config.json, e.g. Kimi-K2's tokenization_kimi.py); this runs "
-                        "the model directory's Python")
+                        "the model directory's Python, which without it never runs (nothing "
+                        "prompts: transformers is told trust_remote_code=False)")
     p.add_argument("--in", dest="inp", required=True, help="conversations, JSON Lines")
     p.add_argument("--out", required=True, help="token JSONL to write")
     p.add_argument("--max-tokens", type=int, default=None,
@@ -1039,8 +1097,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra end-of-turn token: a token string of the vocabulary, or an id "
                         "(a number is an id); repeatable")
     p.add_argument("--template-arg", action="append", default=[], metavar="KEY=JSON",
-                   help="extra chat-template variable, e.g. enable_thinking=false (tools=[...] "
-                        "for every record without its own \"tools\"); repeatable")
+                   help="extra chat-template variable whose value is JSON, e.g. "
+                        "enable_thinking=false (not False), reasoning_effort='\"high\"' (a "
+                        "string in double quotes), tools=[...] for every record without its own "
+                        "\"tools\"; a value that is not JSON is refused; repeatable")
     p.add_argument("--workers", type=int, default=1,
                    help="processes rendering conversations (each starts with the loaded "
                         "tokenizer); the output is the same in any case, in input order")
@@ -1058,9 +1118,48 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# the arguments of apply_chat_template that layertap-prep gives itself on every rendering
+_RENDER_ARGS = ("conversation", "tokenize", "add_generation_prompt")
+# Python's spellings of JSON's words: a template reads the string "False" as true
+_PYTHON_WORDS = {"true": "true", "false": "false", "none": "null", "null": "null"}
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _template_arg(item: str) -> tuple[str, Any]:
+    """``KEY=JSON`` of --template-arg as (key, value). The value must be JSON: ``false``,
+    ``true``, ``null``, a number, a string in double quotes, an array or an object. A bare word is
+    refused rather than taken as a string, so that ``False`` (Python's spelling) or a misspelt
+    ``flase`` cannot pass as a string every template reads as true."""
+    k, sep, v = item.partition("=")
+    if not sep or not k:
+        raise RunError(f"--template-arg {_short(item)}: expected KEY=JSON")
+    if k in _RENDER_ARGS:
+        raise RunError(f"--template-arg {_short(k)}: layertap-prep sets {k} itself on every "
+                       "rendering")
+    where = f"--template-arg {_short(item)}"
+    word = v.strip()
+    try:
+        return k, json.loads(v, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as e:
+        if word.lower() in _PYTHON_WORDS:
+            raise RunError(f"{where}: the value is not JSON; write {k}={_PYTHON_WORDS[word.lower()]} "
+                           f"(JSON's {_PYTHON_WORDS[word.lower()]}, in lower case)") from None
+        raise RunError(f"{where}: the value is not JSON ({e.msg} at character {e.pos}); a string "
+                       f"is written in double quotes, e.g. {k}='\"text\"' in a shell") from None
+    except RecursionError:
+        raise RunError(f"{where}: the value is JSON nested too deeply to parse") from None
+    except ValueError as e:                     # NaN, Infinity; a number of over 4,300 digits
+        raise RunError(f"{where}: the value is not JSON layertap-prep can read "
+                       f"({_one_line(str(e).split(';')[0], 120)})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        with _stdin_closed():          # a batch tool reads no answer to any prompt
+            return _main(argv)
     except RunError as e:
         print(f"layertap-prep: {_one_line(e, 2000)}", file=sys.stderr)
         return 2
@@ -1077,15 +1176,7 @@ def _main(argv: list[str] | None) -> int:
         raise RunError("--max-record-bytes must be at least 1")
     if args.max_messages < 1:
         raise RunError("--max-messages must be at least 1")
-    kw = {}
-    for item in args.template_arg:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise RunError(f"--template-arg {item!r}: expected KEY=JSON")
-        try:
-            kw[k] = json.loads(v)
-        except (ValueError, RecursionError):
-            kw[k] = v
+    kw = dict(_template_arg(item) for item in args.template_arg)
     # the paths first: a typo is found before the tokenizer loads
     _open_input(args.inp).close()
     _check_output(args.out, "--out", create=True)

@@ -7,12 +7,14 @@ the tokenizer or the output cannot be used) is one line on stderr naming the fil
 exit code 2. Lines longer than --max-record-bytes are refused before they are decoded or parsed.
 """
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
 import tracemalloc
+from pathlib import Path
 
 import pytest
 from helpers import CHATML, make_char_tokenizer, write_jsonl
@@ -349,7 +351,64 @@ RUN_ROWS = [
      False),
     ("chat_template_not_jinja", _model_file("chat_template.jinja", "{% for m in messages %}{{ m.content "),
      False),
+    ("tokenizer_shipped_as_code", lambda m, w: ({}, _code_model(m, w, "tokenizer")), False),
+    # --eot: an id is compared by its digits, never converted when it has more than the vocabulary
+    ("eot_5000_digits", lambda m, w: ({"--eot": "9" * 5000},
+                                      "--eot 99999999999999999999... (5000 digits): not an id"), False),
+    ("eot_beyond_the_vocabulary", lambda m, w: ({"--eot": "100000"}, "--eot 100000: not an id"),
+     False),
+    ("eot_not_a_token", lambda m, w: ({"--eot": "<|eot_id|>" * 1000},
+                                      "is not a token of this tokenizer's vocabulary"), False),
+    # --template-arg values are JSON: Python's spellings, bare words and non-JSON numbers are
+    # refused before the tokenizer loads, naming the option
+    ("template_arg_python_false", lambda m, w: ({"--template-arg": "enable_thinking=False"},
+                                                "the value is not JSON; write enable_thinking=false"),
+     True),
+    ("template_arg_python_true", lambda m, w: ({"--template-arg": "enable_thinking=True"},
+                                               "write enable_thinking=true"), False),
+    ("template_arg_python_none", lambda m, w: ({"--template-arg": "x=None"}, "write x=null"), False),
+    ("template_arg_upper_case", lambda m, w: ({"--template-arg": "x=FALSE"}, "write x=false"), False),
+    ("template_arg_bare_word", lambda m, w: ({"--template-arg": "reasoning_effort=high"},
+                                             "--template-arg 'reasoning_effort=high': the value is "
+                                             "not JSON (Expecting value at character 0); a string is "
+                                             "written in double quotes"), False),
+    ("template_arg_misspelt", lambda m, w: ({"--template-arg": "enable_thinking=flase"},
+                                            "the value is not JSON"), False),
+    ("template_arg_empty", lambda m, w: ({"--template-arg": "x="}, "the value is not JSON"), False),
+    ("template_arg_nan", lambda m, w: ({"--template-arg": "x=NaN"}, "NaN is not JSON"), False),
+    ("template_arg_5000_digits", lambda m, w: ({"--template-arg": "x=" + "9" * 5000},
+                                               "not JSON layertap-prep can read (Exceeds the limit"),
+     False),
+    ("template_arg_nested_too_deep", lambda m, w: ({"--template-arg": "x=" + "[" * 100000 + "]" * 100000},
+                                                   "nested too deeply"), False),
+    ("template_arg_no_key", lambda m, w: ({"--template-arg": "=false"}, "expected KEY=JSON"), False),
+    ("template_arg_no_equals", lambda m, w: ({"--template-arg": "enable_thinking"},
+                                             "expected KEY=JSON"), False),
+    ("template_arg_sets_tokenize", lambda m, w: ({"--template-arg": "tokenize=true"},
+                                                 "layertap-prep sets tokenize itself"), False),
 ]
+
+
+def _code_model(m, w, where: str):
+    """Make model directory m name code shipped with it: a Python file that creates the marker
+    file w/MARKER when it is imported, named by auto_map in tokenizer_config.json (a tokenizer
+    class transformers lacks: loading it needs the code) or in config.json (a config class of a
+    model type transformers does not know, which the tokenizer does not need)."""
+    marker = w / "MARKER"
+    (m / "marker_code.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from transformers import PreTrainedConfig, PreTrainedTokenizerFast\n"
+        "class MarkerConfig(PreTrainedConfig):\n    model_type = 'layertap_marker'\n"
+        "class MarkerTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+    if where == "tokenizer":
+        conf = json.loads((m / "tokenizer_config.json").read_text())
+        conf["tokenizer_class"] = "MarkerTokenizer"
+        conf["auto_map"] = {"AutoTokenizer": [None, "marker_code.MarkerTokenizer"]}
+        (m / "tokenizer_config.json").write_text(json.dumps(conf))
+        return f"{m}: the tokenizer is code shipped with the model"
+    (m / "config.json").write_text(json.dumps(
+        {"model_type": "layertap_marker", "auto_map": {"AutoConfig": "marker_code.MarkerConfig"}}))
+    return str(m)
 
 
 def _read_only(w):
@@ -387,3 +446,207 @@ def test_whole_run_problem_is_one_line(tok_dir, tmp_path, capsys, name, breaks, 
     assert lines[0].startswith("layertap-prep: ") and str(named) in lines[0], lines[0]
     assert not out.exists() and not os.path.exists(str(out) + ".tmp")
     assert src.read_text() == json.dumps(conv("a")) + "\n"
+
+
+# ---- model code runs only with --trust-remote-code -------------------------------------------
+def _copy_model(tok_dir, d):
+    d.mkdir()
+    for f in tok_dir.iterdir():
+        (d / f.name).write_bytes(f.read_bytes())
+    return d
+
+
+def _prep_with_yes(argv, cwd):
+    """layertap-prep as a process with `yes` on its standard input, as `yes | layertap-prep`: a
+    prompt for running the model's code would be answered y."""
+    yes = subprocess.Popen(["yes"], stdout=subprocess.PIPE)
+    try:
+        return subprocess.run([sys.executable, "-m", "layertap.prep", *map(str, argv)],
+                              stdin=yes.stdout, capture_output=True, text=True, cwd=cwd,
+                              timeout=300)
+    finally:
+        yes.kill()
+        yes.wait()
+
+
+@pytest.mark.parametrize("where", ["tokenizer", "config"])
+def test_model_code_never_runs_unasked(tok_dir, tmp_path, where):
+    """A model directory whose auto_map names a Python file (one that creates a marker file when
+    imported), run with `yes |` on standard input and without --trust-remote-code: nothing
+    prompts and the file is never imported. Where the tokenizer is that code, the run is refused
+    in one line naming the directory and the flag, exit 2; where only config.json names code
+    (for a config class), the tokenizer loads without it and the run writes what the directory
+    without the auto_map writes. With --trust-remote-code the code runs (the marker proves the
+    test would see it)."""
+    plain = _copy_model(tok_dir, tmp_path / "plain")
+    model = _copy_model(tok_dir, tmp_path / "model")
+    work = tmp_path / "work"
+    work.mkdir()
+    _code_model(model, work, where)
+    marker = work / "MARKER"
+    src = write_jsonl(work / "in.jsonl", [conv("a"), conv("b", q="Why?", a="Because.")])
+    out = work / "out.jsonl"
+    r = _prep_with_yes(["--model", model, "--in", src, "--out", out], work)
+    assert not marker.exists(), f"the model's code ran without --trust-remote-code: {r.stderr}"
+    assert "Traceback" not in r.stderr and "[y/N]" not in r.stderr + r.stdout, r.stderr
+    if where == "tokenizer":
+        assert r.returncode == 2, r.stderr
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"layertap-prep: {model}: ") and "--trust-remote-code" in line, line
+        assert not out.exists()
+    else:
+        assert r.returncode == 0, r.stderr
+        assert main(["--model", str(plain), "--in", str(src), "--out", str(work / "plain.jsonl")]) == 0
+        assert out.read_bytes() == (work / "plain.jsonl").read_bytes()
+    r = _prep_with_yes(["--model", model, "--in", src, "--out", out, "--trust-remote-code"], work)
+    assert r.returncode == 0 and marker.exists(), r.stderr
+
+
+def test_loader_is_told_and_reads_no_stdin(tok_dir, tmp_path, monkeypatch, capsys):
+    """transformers is given trust_remote_code=False explicitly (left out, it prompts), standard
+    input is empty while it loads (an input() there ends at once), and its refusal to run code
+    becomes one line naming the directory and --trust-remote-code, exit 2."""
+    from transformers import AutoTokenizer
+
+    seen = {}
+
+    def asks(name, **kw):
+        seen.update(kw)
+        try:
+            seen["answer"] = input("Do you wish to run the custom code? [y/N] ")
+        except EOFError:
+            seen["answer"] = EOFError
+        raise ValueError(f"The repository {name} contains custom code which must be executed to "
+                         "correctly load the model.\nPlease pass the argument "
+                         "`trust_remote_code=True` to allow custom code to be run.")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", asks)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n" * 100))
+    src = write_jsonl(tmp_path / "in.jsonl", [conv("a")])
+    rc = main(["--model", str(tok_dir), "--in", str(src), "--out", str(tmp_path / "o.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert seen["trust_remote_code"] is False and seen["answer"] is EOFError, seen
+    (line,) = err.splitlines()
+    assert line == (f"layertap-prep: {tok_dir}: loading the tokenizer needs code shipped with the "
+                    "model (auto_map in the model's files); pass --trust-remote-code to load it "
+                    "(this runs the model directory's Python)"), line
+    assert sys.stdin.read() == "y\n" * 100, "main() must give standard input back as it was"
+
+
+# ---- --template-arg values are JSON -----------------------------------------------------------
+@pytest.mark.parametrize("item, want", [
+    ("enable_thinking=false", ("enable_thinking", False)),
+    ("enable_thinking=true", ("enable_thinking", True)),
+    ("enable_thinking= false ", ("enable_thinking", False)),
+    ("x=null", ("x", None)),
+    ("x=0", ("x", 0)),
+    ("x=-1.5e3", ("x", -1500.0)),
+    ('reasoning_effort="high"', ("reasoning_effort", "high")),
+    ('x="False"', ("x", "False")),                   # a string, written as one, stays one
+    ("x=a=b", None),                                  # refused: the value a=b is not JSON
+    ('x="a=b"', ("x", "a=b")),
+    ('tools=[{"type": "function"}]', ("tools", [{"type": "function"}])),
+    ('x={"a": [1, null]}', ("x", {"a": [1, None]})),
+])
+def test_template_arg_values(item, want):
+    if want is None:
+        with pytest.raises(prep.RunError, match="the value is not JSON"):
+            prep._template_arg(item)
+    else:
+        got = prep._template_arg(item)
+        assert got == want and type(got[1]) is type(want[1])
+
+
+def test_enable_thinking_false_reaches_the_template(tmp_path):
+    """The no-think run renders without thinking: `enable_thinking=false` is JSON false, which
+    the template reads as false; Python's `False` is refused rather than passed on as the string
+    "False", which every template reads as true."""
+    template = ("{{ 'think ' if enable_thinking is not defined or enable_thinking else 'nothink ' }}"
+                + CHATML)
+    d = make_char_tokenizer(tmp_path / "tok", template, SPECIALS, bos="<s>", eos="<|im_end|>")
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, trust_remote_code=False)
+    src = write_jsonl(tmp_path / "in.jsonl", [conv("a")])
+    out = tmp_path / "o.jsonl"
+    for arg, starts in (([], "think "), (["--template-arg", "enable_thinking=true"], "think "),
+                        (["--template-arg", "enable_thinking=false"], "nothink "),
+                        (["--template-arg", "enable_thinking=0"], "nothink ")):
+        assert main(["--model", str(d), "--in", str(src), "--out", str(out), *arg]) == 0
+        (rec,) = [json.loads(x) for x in out.read_text().splitlines()]
+        text = "".join(tok.convert_ids_to_tokens(rec["input_ids"]))      # one token a character
+        assert text.startswith(starts + "<|im_start|>user"), (arg, text)
+    out.unlink()
+    assert main(["--model", str(d), "--in", str(src), "--out", str(out),
+                 "--template-arg", "enable_thinking=False"]) == 2
+    assert not out.exists()
+
+
+# ---- the installed wrappers (cmake/python_tool.sh.in) -----------------------------------------
+WRAPPER = Path(__file__).resolve().parents[2] / "cmake" / "python_tool.sh.in"
+
+
+def _wrapper(tmp_path, default_env):
+    w = tmp_path / "layertap-prep"
+    w.write_text(WRAPPER.read_text().replace("@LAYERTAP_TOOL@", "layertap-prep")
+                 .replace("@LAYERTAP_PYENV@", str(default_env)))
+    w.chmod(0o755)
+    return w
+
+
+def _env_with_tool(env, text, mode=0o755):
+    (env / "bin").mkdir(parents=True)
+    tool = env / "bin" / "layertap-prep"
+    tool.write_text(text)
+    tool.chmod(mode)
+    return env
+
+
+def _env_with_dangling_tool(env):
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "layertap-prep").symlink_to(env / "gone")
+    return env
+
+
+# pip's script for an interpreter path too long for #!: sh runs it, and it execs the Python
+LONG_PATH_FORM = ("#!/bin/sh\n" + "'" * 3 + "exec' \"/no/such/python 3\" \"$0\" \"$@\"\n"
+                  + "' " + "'" * 3 + "\nprint(1)\n")
+WRAPPER_ROWS = [
+    ("env_missing", lambda e: e, "is missing; create it with 'bash tools/python_env.sh'"),
+    ("env_without_the_tool", lambda e: (e / "bin").mkdir(parents=True) or e,
+     "has no executable bin/layertap-prep; remove it and create it again with "
+     "'bash tools/python_env.sh'"),
+    ("tool_not_executable", lambda e: _env_with_tool(e, "#!/bin/sh\n", 0o644),
+     "has no executable bin/layertap-prep"),
+    ("tool_a_dangling_link", _env_with_dangling_tool, "has no executable bin/layertap-prep"),
+    ("interpreter_gone", lambda e: _env_with_tool(e, "#!/no/such/python3\nprint(1)\n"),
+     "cannot run bin/layertap-prep: the interpreter it names, /no/such/python3, is missing"),
+    ("interpreter_gone_with_an_argument", lambda e: _env_with_tool(e, "#! /no/such/python3 -E\n"),
+     "the interpreter it names, /no/such/python3, is missing"),
+    ("interpreter_gone_long_path_form", lambda e: _env_with_tool(e, LONG_PATH_FORM),
+     "the interpreter it names, /no/such/python 3, is missing"),
+]
+
+
+@pytest.mark.parametrize("name, make, why", WRAPPER_ROWS, ids=[r[0] for r in WRAPPER_ROWS])
+def test_wrapper_without_a_working_environment(tmp_path, name, make, why):
+    """The installed wrapper, when its environment cannot run the tool: one line naming the
+    environment and how to create it, exit 2, not the shell's 'exec: ...: not found' (127)."""
+    env = make(tmp_path / "env")
+    w = _wrapper(tmp_path, tmp_path / "default-env")
+    r = subprocess.run(["sh", str(w), "--help"], capture_output=True, text=True,
+                       env={**os.environ, "LAYERTAP_PYENV": str(env)})
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"layertap-prep: its Python environment {env} ") and why in line, line
+    assert "not found" not in line and r.stdout == ""
+
+
+def test_wrapper_runs_the_tool(tmp_path):
+    """With a working environment the wrapper runs its tool with the arguments as given; without
+    LAYERTAP_PYENV it uses the environment it was installed with."""
+    env = _env_with_tool(tmp_path / "env", '#!/bin/sh\nprintf "%s|" "$@"; exit 7\n')
+    w = _wrapper(tmp_path, env)
+    environ = {k: v for k, v in os.environ.items() if k != "LAYERTAP_PYENV"}
+    r = subprocess.run([str(w), "a b", "", "--x"], capture_output=True, text=True, env=environ)
+    assert (r.returncode, r.stdout, r.stderr) == (7, "a b||--x|", "")
