@@ -15,6 +15,31 @@ include(CheckLanguage)
 
 set(LAYERTAP_CUDA_ENABLED OFF)
 
+# LAYERTAP_CUDA_SIM=ON: the same CUDA sources, compiled by g++ against the simulated GPU in sim/
+# instead of nvcc, libcudart, libcublasLt and libnccl (docs/TESTING.md). Needs the toolkit's
+# headers only. The CUDA::cudart, CUDA::cublas, CUDA::cublasLt and NCCL::nccl targets the rest of
+# the build links then stand for the simulator.
+if(LAYERTAP_CUDA_SIM)
+  find_path(LAYERTAP_CUDA_INCLUDE_DIR NAMES cuda_runtime_api.h cuda_bf16.h cublasLt.h
+    HINTS ${CUDAToolkit_ROOT} $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda PATH_SUFFIXES include)
+  find_path(LAYERTAP_NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${LAYERTAP_CUDA_INCLUDE_DIR}
+    PATH_SUFFIXES include)
+  if(NOT LAYERTAP_CUDA_INCLUDE_DIR OR NOT LAYERTAP_NCCL_INCLUDE_DIR)
+    message(FATAL_ERROR "layertap: LAYERTAP_CUDA_SIM needs the CUDA toolkit's headers (cuda_runtime_api.h, "
+      "cuda_bf16.h, cublasLt.h) and nccl.h; set CUDAToolkit_ROOT (found: '${LAYERTAP_CUDA_INCLUDE_DIR}', "
+      "'${LAYERTAP_NCCL_INCLUDE_DIR}')")
+  endif()
+  add_subdirectory(${PROJECT_SOURCE_DIR}/sim ${PROJECT_BINARY_DIR}/sim)
+  target_include_directories(layertap_sim PUBLIC ${LAYERTAP_NCCL_INCLUDE_DIR})
+  foreach(lib CUDA::cudart CUDA::cublas CUDA::cublasLt NCCL::nccl)
+    add_library(${lib} INTERFACE IMPORTED)
+    set_target_properties(${lib} PROPERTIES INTERFACE_LINK_LIBRARIES layertap_sim)
+  endforeach()
+  set(LAYERTAP_CUDA_ENABLED ON)
+  message(STATUS "layertap: CUDA on the simulated GPU (sim/; headers ${LAYERTAP_CUDA_INCLUDE_DIR})")
+  return()
+endif()
+
 if(NOT LAYERTAP_WITH_CUDA)
   message(STATUS "layertap: CUDA off (LAYERTAP_WITH_CUDA=OFF); building the CPU backend only")
   return()

@@ -4,7 +4,8 @@
 #
 # LAYERTAP_SANITIZE=ON: every C/C++ target (libraries, layertap, the tests) with AddressSanitizer
 #   and UndefinedBehaviorSanitizer, halting on the first UBSan report (-fno-sanitize-recover=all).
-#   GCC or clang. Configure with -DLAYERTAP_WITH_CUDA=OFF and a RelWithDebInfo build type.
+#   GCC or clang. Configure with -DLAYERTAP_WITH_CUDA=OFF and a RelWithDebInfo build type; with
+#   -DLAYERTAP_CUDA_SIM=ON the CUDA code runs on the simulated GPU, so ASan checks the kernels too.
 #
 # LAYERTAP_FUZZ=ON: the libFuzzer targets in fuzz/. Needs clang (Debian 12: clang and
 #   libclang-rt-14-dev, which holds libclang_rt.fuzzer). Implies a core-only build without

@@ -13,6 +13,7 @@
 #include "attention.cuh"
 #include "core/error.hpp"
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace layertap::kernels {
 namespace {
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kRefBlock)
                                AttentionLayout a,
                                const std::int32_t* __restrict__ pos,  // (T)
                                std::int64_t window) {
-  extern __shared__ float smem[];
+  LT_DYNAMIC_SHARED(float, smem);
   const std::int64_t hd = a.qk_dim, vd = a.v_dim;
   float* q = smem;             // (qk_dim)
   float* p = q + hd;           // (kRefBlock)
@@ -133,7 +134,9 @@ static_assert(kFlashWarps * 16 == kFlashTile, "each warp owns 16 query rows");
 
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                                std::uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(LAYERTAP_CUDA_SIM)
+  ::layertap::sim::mma_m16n8k16_bf16_f32(d, a, b0, b1);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
@@ -146,7 +149,9 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_
 
 // Four 8x8 bf16 matrices, transposed: lane l gives the shared address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const __nv_bfloat16* row_ptr) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(LAYERTAP_CUDA_SIM)
+  ::layertap::sim::ldmatrix_x4_trans(r, row_ptr);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(row_ptr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -357,7 +362,7 @@ void attention_reference(__nv_bfloat16* ctx, const AttentionLayout& a, const std
   if (T == 0) return;
   const std::size_t smem = sizeof(float) * std::size_t(a.qk_dim + kRefBlock + kRefWarps);
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.hq));
-  attention_reference_kernel<<<grid, kRefBlock, smem, stream>>>(ctx, a, pos, window);
+  launch<attention_reference_kernel>(Grid{grid, kRefBlock, smem, stream}, ctx, a, pos, window);
   LT_CUDA_CHECK_LAUNCH();
 }
 
@@ -413,11 +418,11 @@ void attention_flash(__nv_bfloat16* ctx, const AttentionLayout& a, const std::in
   if (T == 0 || num_tiles == 0) return;
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.hq));
   if (a.qk_dim == 64) {
-    attention_flash_kernel<64, 64><<<grid, kFlashThreads, 0, stream>>>(ctx, a, pos, tiles, window);
+    launch<attention_flash_kernel<64, 64>>(Grid{grid, kFlashThreads, 0, stream}, ctx, a, pos, tiles, window);
   } else if (a.qk_dim == 128) {
-    attention_flash_kernel<128, 128><<<grid, kFlashThreads, 0, stream>>>(ctx, a, pos, tiles, window);
+    launch<attention_flash_kernel<128, 128>>(Grid{grid, kFlashThreads, 0, stream}, ctx, a, pos, tiles, window);
   } else {
-    attention_flash_kernel<192, 128><<<grid, kFlashThreads, 0, stream>>>(ctx, a, pos, tiles, window);
+    launch<attention_flash_kernel<192, 128>>(Grid{grid, kFlashThreads, 0, stream}, ctx, a, pos, tiles, window);
   }
   LT_CUDA_CHECK_LAUNCH();
 }

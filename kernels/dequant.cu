@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 #include "dequant.cuh"
 #include "quant_element.hpp"
 
@@ -106,7 +107,7 @@ void dequantize_fp8_block(__nv_bfloat16* dst, const std::uint8_t* codes, const f
            "] phase (", row_phase, ", ", col_phase, ")");
   LT_CHECK(dst != nullptr && codes != nullptr && scale_inv != nullptr, "dequantize_fp8_block: null pointer argument");
   if (rows == 0 || cols == 0) return;
-  fp8_block_kernel<<<grid_for(rows * ((cols + 7) / 8)), kBlock, 0, stream>>>(
+  launch<fp8_block_kernel>(Grid{grid_for(rows * ((cols + 7) / 8)), kBlock, 0, stream},
       reinterpret_cast<std::uint16_t*>(dst), codes, scale_inv, rows, cols, block_rows, block_cols, row_phase,
       col_phase);
   LT_CUDA_CHECK_LAUNCH();
@@ -120,7 +121,7 @@ void dequantize_int4_group(__nv_bfloat16* dst, const std::uint32_t* words, const
            "dequantize_int4_group: unknown scale type");
   LT_CHECK(dst != nullptr && words != nullptr && scales != nullptr, "dequantize_int4_group: null pointer argument");
   if (rows == 0 || cols == 0) return;
-  int4_group_kernel<<<grid_for(rows * ((cols + 7) / 8)), kBlock, 0, stream>>>(
+  launch<int4_group_kernel>(Grid{grid_for(rows * ((cols + 7) / 8)), kBlock, 0, stream},
       reinterpret_cast<std::uint16_t*>(dst), words, scales, scale_type, rows, cols, group);
   LT_CUDA_CHECK_LAUNCH();
 }
@@ -128,21 +129,21 @@ void dequantize_int4_group(__nv_bfloat16* dst, const std::uint32_t* words, const
 void fill_random_fp8(std::uint8_t* codes, std::int64_t n, std::uint64_t seed, cudaStream_t stream) {
   LT_CHECK(n >= 0 && (codes != nullptr || n == 0), "fill_random_fp8: bad arguments");
   if (n == 0) return;
-  fill_fp8_kernel<<<grid_for(n), kBlock, 0, stream>>>(codes, n, seed);
+  launch<fill_fp8_kernel>(Grid{grid_for(n), kBlock, 0, stream}, codes, n, seed);
   LT_CUDA_CHECK_LAUNCH();
 }
 
 void fill_random_int4(std::uint32_t* words, std::int64_t n, std::uint64_t seed, cudaStream_t stream) {
   LT_CHECK(n >= 0 && (words != nullptr || n == 0), "fill_random_int4: bad arguments");
   if (n == 0) return;
-  fill_int4_kernel<<<grid_for(n), kBlock, 0, stream>>>(words, n, seed);
+  launch<fill_int4_kernel>(Grid{grid_for(n), kBlock, 0, stream}, words, n, seed);
   LT_CUDA_CHECK_LAUNCH();
 }
 
 void fill_uniform_f32(float* x, std::int64_t n, std::uint64_t seed, float offset, float scale, cudaStream_t stream) {
   LT_CHECK(n >= 0 && (x != nullptr || n == 0), "fill_uniform_f32: bad arguments");
   if (n == 0) return;
-  fill_f32_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, n, seed, offset, scale);
+  launch<fill_f32_kernel>(Grid{grid_for(n), kBlock, 0, stream}, x, n, seed, offset, scale);
   LT_CUDA_CHECK_LAUNCH();
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 #include "embedding.cuh"
 
 namespace layertap::kernels {
@@ -59,9 +60,9 @@ void embedding_lookup(__nv_bfloat16* out, const std::int32_t* ids, const __nv_bf
   const bool aligned = H % 8 == 0 && reinterpret_cast<std::uintptr_t>(out) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(table) % 16 == 0;
   if (aligned) {
-    embedding_kernel<8><<<grid, kBlock, 0, stream>>>(out, ids, table, T, H, V, bad_position);
+    launch<embedding_kernel<8>>(Grid{grid, kBlock, 0, stream}, out, ids, table, T, H, V, bad_position);
   } else {
-    embedding_kernel<1><<<grid, kBlock, 0, stream>>>(out, ids, table, T, H, V, bad_position);
+    launch<embedding_kernel<1>>(Grid{grid, kBlock, 0, stream}, out, ids, table, T, H, V, bad_position);
   }
   LT_CUDA_CHECK_LAUNCH();
 }

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 #include "mla.cuh"
 
 namespace layertap::kernels {
@@ -132,7 +133,7 @@ void rmsnorm_rows(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat
            "rmsnorm_rows: in place needs equal strides");
   if (N == 0) return;
   const unsigned grid = static_cast<unsigned>(N < kMaxGrid ? N : kMaxGrid);
-  rmsnorm_rows_kernel<<<grid, kBlock, 0, stream>>>(out, out_stride, in, in_stride, weight, eps, N, C);
+  launch<rmsnorm_rows_kernel>(Grid{grid, kBlock, 0, stream}, out, out_stride, in, in_stride, weight, eps, N, C);
   LT_CUDA_CHECK_LAUNCH();
 }
 
@@ -147,7 +148,7 @@ void rope_strided(__nv_bfloat16* x, std::int64_t row_stride, std::int64_t head_s
   if (T == 0) return;
   const std::int64_t blocks = (T * heads + kWarps - 1) / kWarps;
   LT_CHECK(blocks < (std::int64_t(1) << 31), "rope_strided: ", T, " tokens x ", heads, " heads is too many");
-  rope_strided_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
+  launch<rope_strided_kernel>(Grid{static_cast<unsigned>(blocks), kBlock, 0, stream},
       x, row_stride, head_stride, offset, heads, dim, interleaved, pos, inv_freq, attention_factor, T);
   LT_CUDA_CHECK_LAUNCH();
 }
@@ -160,7 +161,7 @@ void mla_assemble_kv(__nv_bfloat16* k, __nv_bfloat16* v, const __nv_bfloat16* kv
   LT_CHECK(k != nullptr && v != nullptr && kv != nullptr && k_rope != nullptr, "mla_assemble_kv: null pointer argument");
   if (T == 0) return;
   const unsigned grid = static_cast<unsigned>(T < kMaxGrid ? T : kMaxGrid);
-  assemble_kv_kernel<<<grid, kBlock, 0, stream>>>(k, v, kv, k_rope, k_rope_stride, T, nh, nope, rd, vd);
+  launch<assemble_kv_kernel>(Grid{grid, kBlock, 0, stream}, k, v, kv, k_rope, k_rope_stride, T, nh, nope, rd, vd);
   LT_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 #include "moe.cuh"
 #include "moe_routing.hpp"
 
@@ -154,7 +155,7 @@ void moe_route(const RouteParams& p, float* logits, float* choice, const float* 
   LT_CHECK(logits != nullptr && choice != nullptr && experts != nullptr && weights != nullptr,
            "moe_route: null pointer argument");
   if (T == 0) return;
-  route_kernel<<<grid_for(T, kBlock), kBlock, 0, stream>>>(p, logits, choice, bias, logit_offset, experts, weights, T);
+  launch<route_kernel>(Grid{grid_for(T, kBlock), kBlock, 0, stream}, p, logits, choice, bias, logit_offset, experts, weights, T);
   LT_CUDA_CHECK_LAUNCH();
 }
 
@@ -168,10 +169,10 @@ void moe_permute(const std::int32_t* experts, std::int64_t T, std::int64_t top_k
   LT_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(std::int32_t) * std::size_t(n_local), stream));
   const std::int64_t pairs = T * top_k;
   if (pairs > 0) {
-    count_kernel<<<grid_for(pairs, kBlock), kBlock, 0, stream>>>(experts, pairs, first, n_local, counts, slot);
+    launch<count_kernel>(Grid{grid_for(pairs, kBlock), kBlock, 0, stream}, experts, pairs, first, n_local, counts, slot);
     LT_CUDA_CHECK_LAUNCH();
   }
-  place_kernel<<<static_cast<unsigned>(n_local), kBlock, 0, stream>>>(experts, pairs, top_k, first, n_local, counts,
+  launch<place_kernel>(Grid{static_cast<unsigned>(n_local), kBlock, 0, stream}, experts, pairs, top_k, first, n_local, counts,
                                                                       offsets, slot, perm_token);
   LT_CUDA_CHECK_LAUNCH();
 }
@@ -186,9 +187,9 @@ void moe_gather(__nv_bfloat16* x_perm, const __nv_bfloat16* h, const std::int32_
   const bool aligned = H % 8 == 0 && reinterpret_cast<std::uintptr_t>(x_perm) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(h) % 16 == 0;
   if (aligned) {
-    gather_kernel<8><<<grid, kBlock, 0, stream>>>(x_perm, h, perm_token, total_rows, H);
+    launch<gather_kernel<8>>(Grid{grid, kBlock, 0, stream}, x_perm, h, perm_token, total_rows, H);
   } else {
-    gather_kernel<1><<<grid, kBlock, 0, stream>>>(x_perm, h, perm_token, total_rows, H);
+    launch<gather_kernel<1>>(Grid{grid, kBlock, 0, stream}, x_perm, h, perm_token, total_rows, H);
   }
   LT_CUDA_CHECK_LAUNCH();
 }
@@ -201,7 +202,7 @@ void moe_combine(__nv_bfloat16* out, const __nv_bfloat16* y, const std::int32_t*
   LT_CHECK(out != nullptr && slot != nullptr && weights != nullptr && y != nullptr, "moe_combine: null pointer argument");
   if (T == 0) return;
   const unsigned grid = static_cast<unsigned>(T < kMaxGrid ? T : kMaxGrid);
-  combine_kernel<<<grid, kBlock, 0, stream>>>(out, y, slot, weights, shared, T, top_k, H);
+  launch<combine_kernel>(Grid{grid, kBlock, 0, stream}, out, y, slot, weights, shared, T, top_k, H);
   LT_CUDA_CHECK_LAUNCH();
 }
 

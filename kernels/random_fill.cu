@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 #include "random_fill.cuh"
 
 namespace layertap::kernels {
@@ -46,7 +47,7 @@ void fill_uniform_bf16(__nv_bfloat16* x, std::int64_t n, std::uint64_t seed, flo
   if (n == 0) return;
   constexpr std::int64_t kMaxGrid = 1 << 16;  // grid-stride beyond 16M elements
   const std::int64_t blocks = (n + kBlock - 1) / kBlock;
-  fill_uniform_kernel<<<static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid), kBlock, 0, stream>>>(
+  launch<fill_uniform_kernel>(Grid{static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid), kBlock, 0, stream},
       x, n, seed, offset, scale);
   LT_CUDA_CHECK_LAUNCH();
 }

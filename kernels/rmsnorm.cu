@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 #include "rmsnorm.cuh"
 
 namespace layertap::kernels {
@@ -90,7 +91,7 @@ void fused_residual_rmsnorm(__nv_bfloat16* out, __nv_bfloat16* residual, const _
   if (N == 0) return;
   constexpr std::int64_t kMaxGrid = 1 << 16;  // rows beyond this are grid-strided
   const unsigned grid = static_cast<unsigned>(N < kMaxGrid ? N : kMaxGrid);
-  fused_residual_rmsnorm_kernel<<<grid, kBlock, 0, stream>>>(out, residual, x, weight, eps, N, C);
+  launch<fused_residual_rmsnorm_kernel>(Grid{grid, kBlock, 0, stream}, out, residual, x, weight, eps, N, C);
   LT_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 #include "rope.cuh"
 
 namespace layertap::kernels {
@@ -87,7 +88,7 @@ void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_
   const std::int64_t warps = T * (hq + hkv);
   const std::int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   LT_CHECK(blocks < (std::int64_t(1) << 31), "qk_norm_rope: ", T, " tokens x ", hq + hkv, " heads is too many");
-  qk_norm_rope_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(qkv, pos, inv_freq, q_norm, k_norm,
+  launch<qk_norm_rope_kernel>(Grid{static_cast<unsigned>(blocks), kBlock, 0, stream}, qkv, pos, inv_freq, q_norm, k_norm,
                                                                            eps, T, hq, hkv, hd,
                                                                            attention_factor);
   LT_CUDA_CHECK_LAUNCH();

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 #include "swiglu.cuh"
 
 namespace layertap::kernels {
@@ -64,9 +65,9 @@ void swiglu(__nv_bfloat16* act, const __nv_bfloat16* gate_up, std::int64_t T, st
   const bool aligned = I % 8 == 0 && reinterpret_cast<std::uintptr_t>(act) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(gate_up) % 16 == 0;
   if (aligned) {
-    swiglu_kernel<8><<<grid, kBlock, 0, stream>>>(act, gate_up, T, I);
+    launch<swiglu_kernel<8>>(Grid{grid, kBlock, 0, stream}, act, gate_up, T, I);
   } else {
-    swiglu_kernel<1><<<grid, kBlock, 0, stream>>>(act, gate_up, T, I);
+    launch<swiglu_kernel<1>>(Grid{grid, kBlock, 0, stream}, act, gate_up, T, I);
   }
   LT_CUDA_CHECK_LAUNCH();
 }

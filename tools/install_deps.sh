@@ -9,6 +9,7 @@ packages=(
   liblz4-dev libzstd-dev zlib1g-dev   # --compress: chunk codecs (layertap encodes chunks itself)
   hdf5-filter-plugin                  # the LZ4 filter for h5ls/h5dump/h5py reading lz4 shards
   libboost-program-options-dev        # command line and job files
+  libboost-context-dev                # the simulated GPU's fibers (LAYERTAP_CUDA_SIM)
   libopenblas-dev                     # CPU backend matrix products
   nlohmann-json3-dev libssl-dev       # JSON; SHA-256
   libre2-dev                          # linear-time regexes for the patterns a model's config holds

@@ -2,7 +2,7 @@
 // (widened) bf16 q/k/v: packed batches with samples of 1..300 tokens (sizes on and off the flash
 // tile of 64), GQA group sizes 1..8, sliding windows, head_dim 8..256. Exit 77 without a GPU.
 //
-// Tolerance, per element, with u = 2^-9 the unit roundoff of bf16 and v_max the largest |v|:
+// Tolerance, per element, with u = 2^-8 the unit roundoff of bf16 and v_max the largest |v|:
 //   reference: the only bf16 rounding is the output's, <= u |ref|. Both it and the CPU reference
 //              compute the scores in float32 in different orders: an error d in a score moves the
 //              output by at most 2 d v_max, and d is ~sqrt(hd) 2^-24 sum|q k| / sqrt(hd) ~ 1e-5 for

@@ -20,16 +20,16 @@
 //
 // Tolerance of the golden comparison (relative Frobenius error per sample and capture point):
 //   point 0, the embedding output: the float32 embedding rounded to bf16 once, so every element
-//     is within 2^-9 relative: bound 2^-9.
-//   later points: bf16 holds 8 significant bits, so each rounding moves a value by up to 2^-9
-//     relative (2^-9/sqrt(3) ~ 1.1e-3 RMS). On its way through one decoder layer a value meets
+//     is within 2^-8 relative (bf16's unit roundoff): bound 2^-8.
+//   later points: bf16 holds 8 significant bits, so each rounding moves a value by up to 2^-8
+//     relative (about 1.1e-3 RMS for these values). On its way through one decoder layer a value meets
 //     ~12 roundings (weights once, then every tensor boundary: norm, q/k/v, RoPE, attention,
 //     o_proj, residual, norm, gate/up, silu, product, down_proj, residual); in quadrature that is
 //     ~4e-3 per layer, carried and amplified along the residual stream. A host emulation of
 //     exactly these rounding points (numpy, float64 products rounded where the GPU rounds) on the
 //     six fixtures gives 0.8-0.9e-2 after layer 0 and 1.1-2.0e-2 at the last points (llama3_rope
 //     worst), and reproduces the reference to 6e-7 with the roundings off. The GPU differs from
-//     that emulation only in float32 accumulation order and sincosf, far below 2^-9, so its
+//     that emulation only in float32 accumulation order and sincosf, far below 2^-8, so its
 //     errors are of the same size: we hold 5e-2, 2.5x the emulation's worst. A wiring bug (a
 //     wrong head, position, bias or norm) moves the states by 1e-1 and more; the kernels
 //     themselves are held to tight elementwise bounds in their own tests.
@@ -70,7 +70,7 @@ using namespace layertap;
 namespace fs = std::filesystem;
 using States = std::vector<std::vector<std::byte>>;
 
-constexpr double kPoint0Bound = 1.0 / 512.0 + 1e-7;
+constexpr double kPoint0Bound = 1.0 / 256.0 + 1e-7;
 constexpr double kStateBound = 5e-2;
 
 using test::FixtureReference;
@@ -453,7 +453,8 @@ int packed_matches_bf16(const std::string& name) {
   const Checkpoint ckpt(checkpoint_files(dir.string()));
   const FixtureReference ref = test::load_fixture_reference((dir / "reference.safetensors").string(), cfg.num_layers, cfg.hidden_size);
   const CapturePlan plan = all_points(cfg.num_layers);
-  const PackedBatch& all = golden_batches(ref).back().packed;
+  const auto batches = golden_batches(ref);  // held: `all` refers into it
+  const PackedBatch& all = batches.back().packed;
   const ModelWeights w = load_weights(ckpt, cfg, {});
   SoloDeviceAllReduce solo;
   cuda::CudaBackendOptions o;
@@ -484,8 +485,8 @@ class NoAllReduce final : public DeviceAllReduce {
 };
 
 // The benchmark's tiny-moe (MLA with qk 192 / v 128 heads, grouped sigmoid routing, INT4 experts
-// made packed on the device): flash against reference attention in the whole model (bound as
-// flash_vs_reference), every (token, choice) pair on the experts of a TP-1 rank, fewer on rank 0
+// made packed on the device): flash against reference attention in the whole model under one
+// forced routing (bound as flash_vs_reference), every (token, choice) pair on the experts of a TP-1 rank, fewer on rank 0
 // of 2, more there under a Zipf skew that favours its experts, and forced-routing misuse refused.
 int synthetic_moe() {
   const ModelConfig cfg = synthetic_model_config("tiny-moe");
@@ -500,10 +501,25 @@ int synthetic_moe() {
   int fails = 0;
   SoloDeviceAllReduce solo;
   if (kernels::flash_attention_supported(192, 128)) {
+    // The same routing for both kernels (token t's choice j: expert (3t + j) mod E, weight 1/k):
+    // free-running, the two attention kernels' bf16 differences flip near-tied top-k choices and
+    // a flipped token differs by O(1) (seen when the simulated GPU first ran this: 1.2e-1 at the
+    // final point), which says nothing about the kernels.
+    std::vector<std::vector<int32_t>> forced_e(std::size_t(cfg.num_layers));
+    std::vector<std::vector<float>> forced_w(std::size_t(cfg.num_layers));
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      if (!cfg.is_moe_layer(l)) continue;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+          forced_e[std::size_t(l)].push_back(int32_t((3 * t + j) % cfg.moe->num_experts));
+          forced_w[std::size_t(l)].push_back(1.0f / float(k));
+        }
+    }
     States out[2];
     for (int i = 0; i < 2; ++i) {
       o.attention = i == 0 ? cuda::AttentionKernel::Reference : cuda::AttentionKernel::Flash;
       const auto backend = cuda::CudaBackend::synthetic(cfg, solo, o, 91);
+      backend->force_routing(forced_e, forced_w);
       out[i] = backend->forward(batch, plan, DType::BF16);
       if (i == 0) {
         bool all_rows = backend->memory().packed_bytes > 0;
@@ -560,7 +576,7 @@ int synthetic_moe() {
 
 // ---------------------------------------------------------------------------------------------
 // The flash kernel against the reference kernel in a whole model (random weights, seeded). The
-// kernels differ by the flash kernel's bf16 probabilities (<= 2^-9 v_max per attention output
+// kernels differ by the flash kernel's bf16 probabilities (<= 2^-8 v_max per attention output
 // element, see test_attention.cpp); from there the two bf16 pipelines round differently, so they
 // can drift apart by as much as either is from the exact result: the golden bound, kStateBound.
 

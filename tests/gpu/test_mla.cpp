@@ -2,7 +2,7 @@
 // (cpu::rms_norm, cpu::Rope with YaRN and the interleaved layout, cpu::causal_attention with qk and
 // v head dims of their own and MLA's softmax scale). Exit 77 without a GPU.
 //
-// Tolerances (u = 2^-9, bf16's unit roundoff):
+// Tolerances (u = 2^-8, bf16's unit roundoff):
 //   rmsnorm_rows: rounds the normalised value and its product with the weight (HF's bf16 order),
 //     against the float32 CPU norm: (2u + u^2) |ref|, plus 1e-6 |ref| for float32 summation order.
 //   rope_strided: one rounding of each rotated value, measured per pair as test_rope does:

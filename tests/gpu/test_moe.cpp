@@ -7,7 +7,7 @@
 //     apart or exactly equal, so the experts must match exactly; the weights differ from the host's
 //     only through expf's last bits (CUDA's expf is within 2 ulp): 4e-6 relative.
 //   permutation and gather: exact (integers, copies).
-//   combine: one bf16 rounding of a float32 sum, u |ref| (u = 2^-9), plus the float32 summation
+//   combine: one bf16 rounding of a float32 sum, u |ref| (u = 2^-8), plus the float32 summation
 //     order and fused multiply-adds, 1e-6 of the sum of |terms|.
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 //
 // Tolerance, a bound rather than a tuned number. RoPE rotates pairs (a, b) = (x[i], x[i+hd/2])
 // and a rotation keeps Euclidean length, so errors are measured per pair, relative to the pair's
-// length |ref_pair|, with u = 2^-9 the unit roundoff of bf16:
+// length |ref_pair|, with u = 2^-8 the unit roundoff of bf16:
 //   * without the norm, the kernel's inputs are the reference's exactly; its only error is the
 //     rounding of each output to bf16, at most u of each output, so |err_pair| <= u |pair|;
 //   * with the norm (Qwen3), the kernel also rounds the normalised value and its product with the

@@ -2,7 +2,7 @@
 // I that are and are not multiples of the kernel's 8-element vectors. Exit 77 without a GPU.
 //
 // Tolerance, a bound: the kernel rounds silu(g) to bf16 (HF holds act_fn(gate) as a bf16 tensor)
-// and the product to bf16; the product of two bf16 values is exact in float32. With u = 2^-9 the
+// and the product to bf16; the product of two bf16 values is exact in float32. With u = 2^-8 the
 // unit roundoff of bf16, each element is within (1+u)^2 - 1 = 2u + u^2 of |reference| relative,
 // plus ~1e-7 for expf's last bits: every element is held to (2u + u^2 + 1e-6) |ref|, and the
 // normalized error to the same factor.

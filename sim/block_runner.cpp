@@ -1,0 +1,528 @@
+// Kernel execution on the simulated GPU: the launch checks, then each block of the grid (in a
+// random order) with every CUDA thread as a fiber (Boost.Context's fcontext switches, annotated
+// for AddressSanitizer). A fiber runs until it reaches a barrier or a warp collective, or ends;
+// the block's scheduler then resumes the runnable fibers in a fresh random order, releases a
+// warp whose lanes have all arrived at their collective (computing it for all of them at once)
+// and the block when all its live threads wait at __syncthreads. So a missing barrier lets one
+// warp overwrite shared memory that another has not read yet, and results change. Misuse (a
+// collective whose lanes disagree or have exited, a barrier only some threads reach) is a
+// device fault naming the kernel.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/context/detail/fcontext.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sim/device_code.hpp"
+#include "sim/kernel_launch.hpp"
+#include "sim/simulator.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define LT_SIM_ASAN 1
+#else
+#define LT_SIM_ASAN 0
+#endif
+
+namespace bc = boost::context::detail;
+
+namespace layertap::sim {
+
+thread_local const ThreadContext* current_thread = nullptr;
+
+namespace {
+
+// ASan's instrumented frames are several times larger.
+constexpr std::size_t kStackBytes = LT_SIM_ASAN ? (std::size_t(1) << 20) : (std::size_t(256) << 10);
+
+struct Stack {
+  std::byte* base = nullptr;  // a guard page, then kStackBytes
+  std::byte* bottom() const { return base + getpagesize(); }
+  std::byte* top() const { return bottom() + kStackBytes; }
+};
+
+// Stacks are reused across blocks on the same OS thread (a stream worker).
+struct StackPool {
+  std::vector<Stack> free;
+  ~StackPool() {
+    for (Stack& s : free) munmap(s.base, kStackBytes + std::size_t(getpagesize()));
+  }
+  Stack take() {
+    if (!free.empty()) {
+      Stack s = free.back();
+      free.pop_back();
+#if LT_SIM_ASAN
+      // A finished fiber's last frames never returned: clear their redzones before reuse.
+      ASAN_UNPOISON_MEMORY_REGION(s.bottom(), kStackBytes);
+#endif
+      return s;
+    }
+    const std::size_t page = std::size_t(getpagesize());
+    void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+      report("cannot map a fiber stack");
+      std::abort();
+    }
+    mprotect(p, page, PROT_NONE);  // overflow faults instead of corrupting the next stack
+    return Stack{static_cast<std::byte*>(p)};
+  }
+};
+thread_local StackPool stack_pool;
+
+enum class State { runnable, at_barrier, at_warp, done };
+enum class WarpOp { sync, shfl_xor, ballot, mma, ldmatrix };
+
+const char* op_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::sync: return "__syncwarp";
+    case WarpOp::shfl_xor: return "__shfl_xor_sync";
+    case WarpOp::ballot: return "__ballot_sync";
+    case WarpOp::mma: return "mma.sync.m16n8k16";
+    case WarpOp::ldmatrix: return "ldmatrix.x4.trans";
+  }
+  return "?";
+}
+
+struct Lane {
+  ThreadContext ctx{};
+  State state = State::runnable;
+  bc::fcontext_t fiber = nullptr;
+  Stack stack;
+  void* fake_stack = nullptr;  // ASan's fake stack of this fiber while it is switched out
+  // The collective it waits at, its inputs and its result.
+  WarpOp op = WarpOp::sync;
+  unsigned mask = 0;
+  int lane_mask = 0, width = 32;
+  bool predicate = false;
+  std::uint32_t in[10] = {};
+  const void* address = nullptr;
+  std::uint32_t out[4] = {};
+};
+
+struct Block {
+  const KernelLaunch* launch = nullptr;
+  std::vector<Lane> lanes;
+  bc::fcontext_t scheduler = nullptr;
+  Lane* running = nullptr;
+  std::vector<std::byte> dynamic_shared;
+  std::string error;
+  const void* scheduler_stack = nullptr;  // ASan: the stack a fiber switches back to
+  std::size_t scheduler_stack_bytes = 0;
+};
+thread_local Block* current_block = nullptr;
+
+// Fiber side: back to the block's scheduler; returns when resumed (never when `final`).
+void switch_to_scheduler(Lane& lane, bool final) {
+  Block* b = current_block;
+#if LT_SIM_ASAN
+  __sanitizer_start_switch_fiber(final ? nullptr : &lane.fake_stack, b->scheduler_stack, b->scheduler_stack_bytes);
+#else
+  (void)lane;
+  (void)final;
+#endif
+  const bc::transfer_t t = bc::jump_fcontext(b->scheduler, nullptr);
+  b = current_block;
+  b->scheduler = t.fctx;
+#if LT_SIM_ASAN
+  __sanitizer_finish_switch_fiber(lane.fake_stack, &b->scheduler_stack, &b->scheduler_stack_bytes);
+#endif
+}
+
+void lane_main(bc::transfer_t t) {
+  Block* b = current_block;
+  b->scheduler = t.fctx;
+  Lane& lane = *static_cast<Lane*>(t.data);
+#if LT_SIM_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &b->scheduler_stack, &b->scheduler_stack_bytes);
+#endif
+  try {
+    b->launch->run_thread();
+  } catch (const std::exception& e) {
+    current_block->error = std::string("exception in device code: ") + e.what();
+  } catch (...) {
+    current_block->error = "exception in device code";
+  }
+  lane.state = State::done;
+  switch_to_scheduler(lane, true);
+  std::abort();  // a finished fiber is never resumed
+}
+
+// Scheduler side: runs `lane` until it blocks or ends.
+void resume(Block& b, Lane& lane) {
+  current_thread = &lane.ctx;
+  b.running = &lane;
+#if LT_SIM_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, lane.stack.bottom(), kStackBytes);
+#endif
+  const bc::transfer_t t = bc::jump_fcontext(lane.fiber, &lane);
+#if LT_SIM_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  lane.fiber = t.fctx;
+  b.running = nullptr;
+}
+
+Lane& calling_lane(const char* call) {
+  if (current_block == nullptr || current_block->running == nullptr) {
+    report(std::string(call) + " called outside a kernel");
+    std::abort();
+  }
+  return *current_block->running;
+}
+
+// Device code reporting misuse: the block stops with the error (the calling thread ends).
+[[noreturn]] void kill_block(Lane& lane, const std::string& error) {
+  if (current_block->error.empty()) current_block->error = error;
+  lane.state = State::done;
+  switch_to_scheduler(lane, true);
+  std::abort();
+}
+
+void wait_at_warp(Lane& lane, WarpOp op, unsigned mask) {
+  lane.op = op;
+  lane.mask = mask;
+  lane.state = State::at_warp;
+  switch_to_scheduler(lane, false);
+}
+
+std::uint32_t lo16(std::uint32_t v) { return v & 0xffffu; }
+std::uint32_t hi16(std::uint32_t v) { return v >> 16; }
+float bf16_bits_to_float(std::uint32_t bits) { return std::bit_cast<float>(bits << 16); }
+
+// mma.m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16 inputs and
+// .f32 accumulators), g = lane / 4, c = lane % 4, the lower index in a register's low half:
+//   A 16x16: a0 (g, 2c..2c+1)  a1 (g+8, 2c..2c+1)  a2 (g, 2c+8..2c+9)  a3 (g+8, 2c+8..2c+9)
+//   B 16x8:  b0 (k 2c..2c+1, n g)   b1 (k 2c+8..2c+9, n g)
+//   C/D 16x8 f32: c0 c1 (g, 2c..2c+1)   c2 c3 (g+8, 2c..2c+1)
+void compute_mma(Lane* lanes) {
+  float A[16][16], B[16][8], C[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, c = l % 4;
+    const std::uint32_t* in = lanes[l].in;  // a0..a3, b0, b1, d0..d3 (float bits)
+    const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * c, 2 * c, 2 * c + 8, 2 * c + 8};
+    for (int r = 0; r < 4; ++r) {
+      A[rows[r]][cols[r]] = bf16_bits_to_float(lo16(in[r]));
+      A[rows[r]][cols[r] + 1] = bf16_bits_to_float(hi16(in[r]));
+    }
+    B[2 * c][g] = bf16_bits_to_float(lo16(in[4]));
+    B[2 * c + 1][g] = bf16_bits_to_float(hi16(in[4]));
+    B[2 * c + 8][g] = bf16_bits_to_float(lo16(in[5]));
+    B[2 * c + 9][g] = bf16_bits_to_float(hi16(in[5]));
+    C[g][2 * c] = std::bit_cast<float>(in[6]);
+    C[g][2 * c + 1] = std::bit_cast<float>(in[7]);
+    C[g + 8][2 * c] = std::bit_cast<float>(in[8]);
+    C[g + 8][2 * c + 1] = std::bit_cast<float>(in[9]);
+  }
+  float D[16][8];
+  for (int m = 0; m < 16; ++m) {
+    for (int n = 0; n < 8; ++n) {
+      float acc = C[m][n];
+      for (int k = 0; k < 16; ++k) acc += A[m][k] * B[k][n];  // products of bf16 are exact in f32
+      D[m][n] = acc;
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, c = l % 4;
+    lanes[l].out[0] = std::bit_cast<std::uint32_t>(D[g][2 * c]);
+    lanes[l].out[1] = std::bit_cast<std::uint32_t>(D[g][2 * c + 1]);
+    lanes[l].out[2] = std::bit_cast<std::uint32_t>(D[g + 8][2 * c]);
+    lanes[l].out[3] = std::bit_cast<std::uint32_t>(D[g + 8][2 * c + 1]);
+  }
+}
+
+// ldmatrix .x4 .trans (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lane 8i+j gives
+// the address of row j of matrix i (8 contiguous b16); with .trans, lane l receives in register
+// i the elements (row 2c, column g) and (row 2c+1, column g) of matrix i, g = l / 4, c = l % 4.
+std::string compute_ldmatrix(Lane* lanes) {
+  for (int l = 0; l < 32; ++l) {
+    if (reinterpret_cast<std::uintptr_t>(lanes[l].address) % 16 != 0) {
+      return "ldmatrix: lane " + std::to_string(l) + "'s row address is not 16-byte aligned";
+    }
+  }
+  const auto element = [&](int matrix, int row, int col) -> std::uint32_t {
+    std::uint16_t v;
+    std::memcpy(&v, static_cast<const std::byte*>(lanes[matrix * 8 + row].address) + 2 * col, 2);
+    return v;
+  };
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, c = l % 4;
+    for (int i = 0; i < 4; ++i) lanes[l].out[i] = element(i, 2 * c, g) | (element(i, 2 * c + 1, g) << 16);
+  }
+  return {};
+}
+
+// Releases every warp whose lanes have all arrived at one collective; false when none did.
+bool resolve_warps(Block& b) {
+  bool progress = false;
+  const int n = int(b.lanes.size());
+  for (int w0 = 0; w0 < n && b.error.empty(); w0 += 32) {
+    Lane* warp = &b.lanes[std::size_t(w0)];
+    const int size = std::min(32, n - w0);
+    int first = -1;
+    for (int l = 0; l < size; ++l) {
+      if (warp[l].state == State::at_warp) {
+        first = l;
+        break;
+      }
+    }
+    if (first < 0) continue;
+    const WarpOp op = warp[first].op;
+    const unsigned mask = warp[first].mask;
+    const std::string where = std::string(op_name(op)) + " in warp " + std::to_string(w0 / 32);
+    bool ready = true;
+    for (int l = 0; l < 32 && ready; ++l) {
+      if ((mask >> l & 1u) == 0) continue;
+      if (l >= size) {
+        b.error = where + ": the mask names lane " + std::to_string(l) + ", which the block does not have";
+        return false;
+      }
+      if (warp[l].state == State::done) {
+        b.error = where + ": the mask names lane " + std::to_string(l) + ", which has exited";
+        return false;
+      }
+      if (warp[l].state != State::at_warp) {
+        ready = false;
+      } else if (warp[l].op != op || warp[l].mask != mask) {
+        b.error = where + ": lane " + std::to_string(l) + " waits at " + op_name(warp[l].op) + " with mask " +
+                  std::to_string(warp[l].mask) + " (lane " + std::to_string(first) + ": mask " +
+                  std::to_string(mask) + ")";
+        return false;
+      }
+    }
+    if (!ready) continue;
+    if ((op == WarpOp::mma || op == WarpOp::ldmatrix) && (mask != 0xffffffffu || size != 32)) {
+      b.error = where + ": needs all 32 lanes";
+      return false;
+    }
+    switch (op) {
+      case WarpOp::sync: break;
+      case WarpOp::shfl_xor:
+        for (int l = 0; l < size; ++l) {
+          if ((mask >> l & 1u) == 0) continue;
+          const int width = warp[l].width;
+          int src = l ^ warp[l].lane_mask;
+          if (src / width != l / width || src >= 32) src = l;  // outside its segment: its own value
+          if ((mask >> src & 1u) == 0) {
+            b.error = where + ": lane " + std::to_string(l) + " reads lane " + std::to_string(src) +
+                      ", which is not in the mask";
+            return false;
+          }
+          warp[l].out[0] = warp[src].in[0];
+        }
+        break;
+      case WarpOp::ballot: {
+        std::uint32_t bits = 0;
+        for (int l = 0; l < size; ++l)
+          if ((mask >> l & 1u) != 0 && warp[l].predicate) bits |= 1u << l;
+        for (int l = 0; l < size; ++l) warp[l].out[0] = bits;
+        break;
+      }
+      case WarpOp::mma: compute_mma(warp); break;
+      case WarpOp::ldmatrix:
+        if (std::string e = compute_ldmatrix(warp); !e.empty()) {
+          b.error = e;
+          return false;
+        }
+        break;
+    }
+    for (int l = 0; l < size; ++l)
+      if ((mask >> l & 1u) != 0) warp[l].state = State::runnable;
+    progress = true;
+  }
+  return progress;
+}
+
+std::string dims(dim3 d) { return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")"; }
+
+// Runs one block to completion; returns an error, or "" on success.
+std::string run_block(const KernelLaunch& l, uint3 block_idx, std::uint64_t& rng) {
+  Block b;
+  b.launch = &l;
+  const std::size_t n = std::size_t(l.block.x) * l.block.y * l.block.z;
+  b.lanes.resize(n);
+  b.dynamic_shared.assign(l.shared_bytes, std::byte{0xff});
+  for (std::size_t i = 0; i < n; ++i) {
+    Lane& lane = b.lanes[i];
+    lane.ctx.thread_idx = uint3{unsigned(i % l.block.x), unsigned(i / l.block.x % l.block.y),
+                                unsigned(i / (std::size_t(l.block.x) * l.block.y))};
+    lane.ctx.block_idx = block_idx;
+    lane.ctx.block_dim = l.block;
+    lane.ctx.grid_dim = l.grid;
+    lane.stack = stack_pool.take();
+    lane.fiber = bc::make_fcontext(lane.stack.top(), kStackBytes, lane_main);
+  }
+  current_block = &b;
+  std::vector<std::size_t> order;
+  order.reserve(n);
+  for (;;) {
+    order.clear();
+    for (std::size_t i = 0; i < n; ++i)
+      if (b.lanes[i].state == State::runnable) order.push_back(i);
+    for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next_random(rng) % i]);
+    for (std::size_t i : order) {
+      resume(b, b.lanes[i]);
+      if (!b.error.empty()) break;
+    }
+    if (!b.error.empty()) break;
+    if (resolve_warps(b)) continue;
+    if (!b.error.empty()) break;
+    std::size_t live = 0, waiting = 0;
+    for (const Lane& lane : b.lanes) {
+      if (lane.state != State::done) ++live;
+      if (lane.state == State::at_barrier) ++waiting;
+    }
+    if (live == 0) break;
+    if (waiting == live) {
+      for (Lane& lane : b.lanes)
+        if (lane.state == State::at_barrier) lane.state = State::runnable;
+      continue;
+    }
+    // Some threads wait at __syncthreads, others at a warp collective that can never complete.
+    std::size_t at_warp = 0;
+    for (const Lane& lane : b.lanes) at_warp += lane.state == State::at_warp;
+    b.error = "deadlock: " + std::to_string(waiting) + " thread(s) wait at __syncthreads and " +
+              std::to_string(at_warp) + " at a warp collective whose other lanes never arrive";
+    break;
+  }
+  current_block = nullptr;
+  current_thread = nullptr;
+  if (b.error.empty()) {
+    for (Lane& lane : b.lanes) stack_pool.free.push_back(lane.stack);
+    return {};
+  }
+  // Abandoned fibers keep their stacks (never resumed; the device is now faulted).
+  for (Lane& lane : b.lanes)
+    if (lane.state == State::done) stack_pool.free.push_back(lane.stack);
+  return "block " + dims(dim3(block_idx.x, block_idx.y, block_idx.z)) + ": " + b.error;
+}
+
+}  // namespace
+
+// ---- device-code entry points (sim/device_code.hpp) -----------------------------------------
+
+void* dynamic_shared_memory() {
+  Lane& lane = calling_lane("dynamic shared memory");
+  (void)lane;
+  return current_block->dynamic_shared.empty() ? nullptr : current_block->dynamic_shared.data();
+}
+
+void sync_threads(const char* call) {
+  Lane& lane = calling_lane(call);
+  lane.state = State::at_barrier;
+  switch_to_scheduler(lane, false);
+}
+
+void sync_warp(unsigned mask) { wait_at_warp(calling_lane("__syncwarp"), WarpOp::sync, mask); }
+
+std::uint32_t shfl_xor_u32(unsigned mask, std::uint32_t value, int lane_mask, int width) {
+  Lane& lane = calling_lane("__shfl_xor_sync");
+  if (width <= 0 || width > 32 || (width & (width - 1)) != 0) {
+    kill_block(lane, "__shfl_xor_sync: width " + std::to_string(width) + " is not a power of two up to 32");
+  }
+  lane.in[0] = value;
+  lane.lane_mask = lane_mask;
+  lane.width = width;
+  wait_at_warp(lane, WarpOp::shfl_xor, mask);
+  return lane.out[0];
+}
+
+unsigned ballot(unsigned mask, bool predicate) {
+  Lane& lane = calling_lane("__ballot_sync");
+  lane.predicate = predicate;
+  wait_at_warp(lane, WarpOp::ballot, mask);
+  return lane.out[0];
+}
+
+void mma_m16n8k16_bf16_f32(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  Lane& lane = calling_lane("mma.sync");
+  for (int i = 0; i < 4; ++i) lane.in[i] = a[i];
+  lane.in[4] = b0;
+  lane.in[5] = b1;
+  for (int i = 0; i < 4; ++i) lane.in[6 + i] = std::bit_cast<std::uint32_t>(d[i]);
+  wait_at_warp(lane, WarpOp::mma, 0xffffffffu);
+  for (int i = 0; i < 4; ++i) d[i] = std::bit_cast<float>(lane.out[i]);
+}
+
+void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row_address) {
+  Lane& lane = calling_lane("ldmatrix");
+  lane.address = row_address;
+  wait_at_warp(lane, WarpOp::ldmatrix, 0xffffffffu);
+  for (int i = 0; i < 4; ++i) r[i] = lane.out[i];
+}
+
+void trap(const char* where) {
+  Lane& lane = calling_lane("__trap");
+  kill_block(lane, std::string("__trap() in ") + where);
+}
+
+// ---- launches -------------------------------------------------------------------------------
+
+void run_grid(const KernelLaunch& l, std::uint64_t seed, int device) {
+  const std::size_t blocks = std::size_t(l.grid.x) * l.grid.y * l.grid.z;
+  std::vector<std::size_t> order(blocks);
+  for (std::size_t i = 0; i < blocks; ++i) order[i] = i;
+  std::uint64_t rng = seed;
+  for (std::size_t i = blocks; i > 1; --i) std::swap(order[i - 1], order[next_random(rng) % i]);
+  for (std::size_t i : order) {
+    const uint3 idx{unsigned(i % l.grid.x), unsigned(i / l.grid.x % l.grid.y),
+                    unsigned(i / (std::size_t(l.grid.x) * l.grid.y))};
+    if (std::string e = run_block(l, idx, rng); !e.empty()) {
+      device_fault(device, "kernel " + std::string(l.name), e);
+      return;
+    }
+  }
+}
+
+cudaError_t launch_kernel(KernelLaunch&& l) {
+  const std::string call = "kernel " + std::string(l.name) + "<<<" + dims(l.grid) + ", " + dims(l.block) + ", " +
+                           std::to_string(l.shared_bytes) + ">>>";
+  if (device_count() == 0) return misuse(cudaErrorNoDevice, call, "no device is visible");
+  Device& dev = current();
+  if (const int e = dev.sticky.load(); e != cudaSuccess) return static_cast<cudaError_t>(e);
+  const std::uint64_t threads = std::uint64_t(l.block.x) * l.block.y * l.block.z;
+  std::string bad;
+  if (threads == 0 || threads > 1024 || l.block.x > 1024 || l.block.y > 1024 || l.block.z > 64) {
+    bad = "block " + dims(l.block) + ": at most 1024 threads, (1024, 1024, 64) per dimension";
+  } else if (l.grid.x == 0 || l.grid.y == 0 || l.grid.z == 0 || l.grid.x > 2147483647u || l.grid.y > 65535 ||
+             l.grid.z > 65535) {
+    bad = "grid " + dims(l.grid) + ": each dimension at least 1, at most (2^31-1, 65535, 65535)";
+  } else if (l.shared_bytes > 48 * 1024) {
+    // Above 48 KiB a kernel must opt in (cudaFuncSetAttribute), which the project does not.
+    bad = std::to_string(l.shared_bytes) + " bytes of dynamic shared memory: more than the 48 KiB a kernel may use "
+          "without opting in";
+  }
+  if (!bad.empty()) return misuse(cudaErrorInvalidConfiguration, call, bad);
+  std::vector<AllocationRef> uses;
+  for (std::size_t i = 0; i < l.pointers.size(); ++i) {
+    const void* p = l.pointers[i];
+    if (p == nullptr) continue;
+    AllocationRef a = find_allocation(p, 0);
+    const std::string arg = "pointer argument " + std::to_string(i + 1) + " (" + std::to_string(reinterpret_cast<std::uintptr_t>(p)) + ")";
+    if (!a) return misuse(cudaErrorInvalidValue, call, arg + " is not device memory");
+    if (a->device == kPinnedHost) return misuse(cudaErrorInvalidValue, call, arg + " is pinned host memory");
+    if (a->device != dev.index) {
+      return misuse(cudaErrorInvalidValue, call,
+                    arg + " belongs to device " + std::to_string(a->device) + ", the launch is on device " +
+                        std::to_string(dev.index) + " (cudaSetDevice?)");
+    }
+    if (std::find(uses.begin(), uses.end(), a) == uses.end()) uses.push_back(a);
+  }
+  cudaStream_t s = resolve_stream(l.stream, dev, call.c_str());
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  const std::uint64_t n = ++dev.count.kernel_launches;
+  std::uint64_t seed = settings().seed * 0x100000001b3ull + n * 0x9e3779b97f4a7c15ull + std::uint64_t(dev.index);
+  auto launch = std::make_shared<KernelLaunch>(std::move(l));
+  const int d = dev.index;
+  s->enqueue(Op{call, [launch, seed, d] { run_grid(*launch, seed, d); }, std::move(uses)});
+  return cudaSuccess;
+}
+
+}  // namespace layertap::sim
