@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "io/output_check.hpp"
+#include "io/output_lock.hpp"
 #include "io/shard_reader.hpp"
 
 namespace layertap::cli {
@@ -101,10 +103,8 @@ int inspect(const std::filesystem::path& dir, std::ostream& out) {
   std::vector<std::string> errors;
   Table shard_table({1, 2, 3});
   shard_table.add({"file", "samples", "tokens", "size", "hidden_states", "dtype", "sha256"});
-  int64_t samples = 0, tokens = 0, bytes = 0;
+  int64_t bytes = 0;
   for (const io::ManifestShard& s : m.shards) {
-    samples += s.samples;
-    tokens += s.tokens;
     bytes += s.bytes;
     const io::ShardFindings f = io::check_shard(dir, s, m, /*checksum=*/false);  // verify checksums
     errors.insert(errors.end(), f.problems.begin(), f.problems.end());
@@ -115,15 +115,12 @@ int inspect(const std::filesystem::path& dir, std::ostream& out) {
   out << "shards      " << m.shards.size() << " files, " << human_bytes(bytes) << "\n";
   shard_table.print(out, "            ");
   out << "totals      " << m.total_samples << " samples, " << m.total_tokens << " tokens, "
-      << human_bytes(m.total_bytes) << "\n";
-  if (m.total_samples != samples || m.total_tokens != tokens || m.total_bytes != bytes)
-    errors.push_back(cat("manifest.json: totals (", m.total_samples, " samples, ", m.total_tokens, " tokens, ",
-                         m.total_bytes, " bytes) differ from the sum over its shards (", samples, ", ", tokens, ", ",
-                         bytes, ")"));
+      << human_bytes(m.total_bytes);
+  if (!m.skipped_samples.empty())
+    out << "; " << m.skipped_samples.size() << " sample(s) skipped (--on-nonfinite skip): listed in manifest.json";
+  out << "\n";
+  for (const std::string& p : io::manifest_count_problems(m)) errors.push_back(p);
   if (!m.complete) errors.push_back("manifest.json: the run is marked incomplete");
-  if (m.complete && dataset.contains("samples") && dataset.at("samples") != m.total_samples)
-    errors.push_back(cat("manifest.json: the dataset has ", text(dataset, "samples"), " samples, the shards hold ",
-                         m.total_samples));
 
   for (const auto& err : errors) out << "ERROR: " << err << "\n";
   if (!errors.empty()) {
@@ -138,6 +135,8 @@ int inspect(const std::filesystem::path& dir, std::ostream& out) {
 
 int run_inspect(const std::filesystem::path& out_dir, std::ostream& out) {
   try {
+    // Shared: a job writing out_dir holds it exclusively (refused, naming the job); none starts meanwhile.
+    const std::optional<io::OutputLock> lock = io::OutputLock::shared(out_dir);
     return inspect(out_dir, out);
   } catch (const Error& e) {
     out << "ERROR: " << e.what() << "\n";

@@ -60,7 +60,8 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
       ("dry-run", po::bool_switch(&o.dry_run),
        "check everything, index the dataset and print the plan: samples, tokens and batches per group, "
        "bytes per capture point and in all, the free space at --out, and the estimated time from a short "
-       "calibration run (--calibrate-batches); writes nothing")
+       "calibration run (--calibrate-batches); writes nothing. Exits 3 (after the whole plan) when a real "
+       "run would refuse to start: not enough device or host memory or free space, --out in use")
       ("calibrate-batches", po::value(&o.calibrate_batches)->default_value(o.calibrate_batches),
        "--dry-run: batches each group runs to measure its speed (loads the weights; 0 skips the estimate; "
        "skipped where the backend's device is absent)")
@@ -70,6 +71,10 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "scales; reports bytes, seconds, GB/s and peak anonymous memory per rank (no GPU needed)")
       ("ignore-free-space", po::bool_switch(&o.ignore_free_space),
        "start even when the projected output is larger than the free space at --out")
+      ("no-lock", po::bool_switch(&o.no_lock),
+       "run without the lock on --out/.layertap.lock that keeps a second job out of the same --out: only "
+       "where its file system cannot hold flock(2) locks (NFSv3 without lockd, Lustre without -o flock); "
+       "nothing then stops two jobs writing one output")
       ("progress-seconds", po::value(&o.progress_seconds)->default_value(o.progress_seconds),
        "seconds between progress lines on rank 0")
       ("log-level", po::value(&o.log_level)->default_value(o.log_level), "debug, info, warning or error");
@@ -91,8 +96,10 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
                    "Runs the model over the dataset and writes the hidden states at the capture points\n"
                    "to HDF5 shards in --out, then manifest.json (written last: a run without it is incomplete).\n\n"
                 << all
-                << "\nExit codes: 0 done; 1 error (every rank stops, no manifest); 75 stopped by SIGTERM or SIGUSR1\n"
-                   "after closing complete shards (manifest says \"complete\": false): rerun with --resume.\n";
+                << "\nExit codes: 0 done; 1 error (every rank stops, no manifest; also when another job holds --out);\n"
+                   "3 --dry-run found that a real run would refuse to start (device or host memory, free space,\n"
+                   "--out in use), after printing the whole plan; 75 stopped by SIGTERM or SIGUSR1 after closing\n"
+                   "complete shards (manifest says \"complete\": false): rerun with --resume.\n";
       return ParseOutcome::Exit;
     }
     if (vm.count("version")) {

@@ -17,6 +17,7 @@
 #include "core/state_compare.hpp"
 #include "core/text.hpp"
 #include "io/output_check.hpp"
+#include "io/output_lock.hpp"
 #include "io/shard_reader.hpp"
 #include "model/lm_head.hpp"
 #include "model/safetensors.hpp"
@@ -40,8 +41,11 @@ class Verifier {
   int run() {
     // Whatever is wrong with the output, verify ends with its summary line.
     try {
+      // Shared: a job writing the output holds it exclusively (refused, naming the job); none starts meanwhile.
+      const std::optional<io::OutputLock> lock = io::OutputLock::shared(o_.out_dir);
       m_ = io::read_manifest(o_.out_dir);
       check_shards();
+      for (const std::string& p : io::manifest_count_problems(m_)) problem(p);
       if (!m_.complete) problem("the manifest marks the run incomplete");
       read_values();
       if (o_.token_stats) token_stats();

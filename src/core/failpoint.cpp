@@ -1,5 +1,6 @@
 #include "core/failpoint.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -17,6 +18,7 @@ struct Spec {
   std::string name;
   long count = 0;
   bool pause = false;  // ":pause": wait for a stop signal instead of dying
+  long delay_ms = 0;   // ":delay=<ms>": sleep in every pass from the count-th on instead of dying
 };
 
 const Spec& spec() {
@@ -35,6 +37,10 @@ const Spec& spec() {
       out.pause = true;
       text.resize(text.size() - 6);
     }
+    if (const auto delay = text.find(":delay="); delay != std::string::npos) {
+      out.delay_ms = std::max(1L, std::atol(text.c_str() + delay + 7));
+      text.resize(delay);
+    }
     const auto colon = text.find(':');
     out.name = text.substr(0, colon);
     out.count = colon == std::string::npos ? 1 : std::atol(text.c_str() + colon + 1);
@@ -50,7 +56,12 @@ std::atomic<long> g_hits{0};
 void failpoint(const char* name) {
   const Spec& s = spec();
   if (s.name.empty() || s.name != name) return;
-  if (++g_hits != s.count) return;
+  const long hit = ++g_hits;
+  if (s.delay_ms > 0) {
+    if (hit >= s.count) std::this_thread::sleep_for(std::chrono::milliseconds(s.delay_ms));
+    return;
+  }
+  if (hit != s.count) return;
   if (!s.pause) std::raise(SIGKILL);
   // The stop tests: the phase is held here until a stop signal arrives (at most two minutes).
   std::fprintf(stderr, "[layertap] failpoint %s: paused\n", name);

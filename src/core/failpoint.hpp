@@ -2,8 +2,10 @@
 // through failpoint("<name>") kill the process with SIGKILL, as a node failure would; with @rank
 // only on that MPI rank (OMPI_COMM_WORLD_RANK or PMIX_RANK). <name>:<n>:pause[@rank] instead holds
 // the process there, printing "failpoint <name>: paused", until a stop signal arrives, then throws
-// Stopped for the current phase (the tests of stopping during start-up). Unset in normal runs, where
-// a failpoint costs one string comparison against an empty name.
+// Stopped for the current phase (the tests of stopping during start-up). <name>:<n>:delay=<ms>[@rank]
+// neither dies nor stops: every pass from the n-th on sleeps <ms> milliseconds (a slow job whose
+// length a test can bound: the tests of two jobs on one --out). Unset in normal runs, where a
+// failpoint costs one string comparison against an empty name.
 #pragma once
 
 namespace layertap {

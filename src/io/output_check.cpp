@@ -1,5 +1,7 @@
 #include "io/output_check.hpp"
 
+#include <algorithm>
+
 #include "core/digest.hpp"
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
@@ -106,7 +108,55 @@ Manifest read_manifest(const fs::path& dir) {
   m.total_samples = totals.integer("samples", 0, kMax);
   m.total_tokens = totals.integer("tokens", 0, kMax);
   m.total_bytes = totals.integer("bytes", 0, kMax);
+  if (top.has("dataset")) {
+    const JsonFields dataset = top.object("dataset");
+    if (dataset.has("samples")) m.dataset_samples = dataset.integer("samples", 0, kMax);
+  }
+  if (top.has("skipped_samples")) {
+    const nlohmann::json& skipped = top.array("skipped_samples");
+    for (std::size_t i = 0; i < skipped.size(); ++i)
+      m.skipped_samples.push_back(
+          JsonFields(skipped[i], cat(path.string(), " skipped_samples[", i, "]")).integer("index", 0, kMax));
+  }
   return m;
+}
+
+std::vector<std::string> manifest_count_problems(const Manifest& m) {
+  std::vector<std::string> problems;
+  int64_t samples = 0, tokens = 0, bytes = 0;
+  for (const ManifestShard& s : m.shards) {  // each below 2^62: no overflow in int64
+    samples += s.samples;
+    tokens += s.tokens;
+    bytes += s.bytes;
+  }
+  if (samples != m.total_samples || tokens != m.total_tokens || bytes != m.total_bytes)
+    problems.push_back(cat("manifest.json: totals (", m.total_samples, " samples, ", m.total_tokens, " tokens, ",
+                           m.total_bytes, " bytes) differ from the sum over its shards (", samples, ", ", tokens,
+                           ", ", bytes, ")"));
+  if (!m.complete) return problems;  // an incomplete run holds what it lists; resume completes it
+  if (m.dataset_samples < 0) {
+    problems.push_back("manifest.json: the run is marked complete but names no dataset.samples, so whether its "
+                       "shards hold every sample cannot be checked");
+    return problems;
+  }
+  const auto skipped = int64_t(m.skipped_samples.size());
+  if (m.total_samples + skipped != m.dataset_samples)
+    problems.push_back(cat("manifest.json: its shards hold ", m.total_samples, " samples and it lists ", skipped,
+                           " skipped, not the dataset's ", m.dataset_samples));
+  std::vector<int64_t> sorted = m.skipped_samples;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] >= m.dataset_samples) {
+      problems.push_back(cat("manifest.json: skipped_samples lists index ", sorted[i], ", outside the dataset's ",
+                             m.dataset_samples, " samples"));
+      break;
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      problems.push_back(cat("manifest.json: skipped_samples lists index ", sorted[i], " twice"));
+      break;
+    }
+  }
+  return problems;
 }
 
 ShardFindings check_shard(const fs::path& dir, const ManifestShard& s, const Manifest& m, bool checksum) {

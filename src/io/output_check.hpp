@@ -31,11 +31,21 @@ struct Manifest {
   std::vector<int64_t> point_ids;  // each in [0, num_layers + 1]
   std::vector<ManifestShard> shards;
   int64_t total_samples = 0, total_tokens = 0, total_bytes = 0;
+  int64_t dataset_samples = -1;         // dataset.samples; -1 when the manifest lacks it
+  std::vector<int64_t> skipped_samples;  // skipped_samples[].index (--on-nonfinite skip), in its order
 };
 
 // Reads and type-checks <dir>/manifest.json. Throws layertap::Error naming the key that is missing,
 // of the wrong type or out of range, or a shard path that leaves the directory ("../x", "/x").
 Manifest read_manifest(const std::filesystem::path& dir);
+
+// What a complete output holds, by the manifest's own counts: the one rule that inspect, verify
+// and --resume (before "nothing to do") apply. The totals equal the sums over the shard entries
+// (samples, tokens, bytes); a run marked complete names its dataset's size, and its shards hold
+// every sample of it but those listed in skipped_samples (each index once, inside the dataset).
+// One finding per line, prefixed "manifest.json: "; empty when the counts agree. Whether the shard
+// files agree with their entries is check_shard's part.
+std::vector<std::string> manifest_count_problems(const Manifest& m);
 
 struct ShardFindings {
   std::vector<std::string> problems;  // each prefixed with the shard's file name

@@ -82,9 +82,9 @@ std::string record_problem(const fs::path& dir, const std::string& stem, std::si
   if (s.samples < 1 || s.first_sample < 0 || s.last_sample < s.first_sample)
     return cat("the record's sample range ", s.first_sample, "..", s.last_sample, " (", s.samples,
                " samples) is not a range");
-  if (s.last_sample - s.first_sample + 1 != s.samples)
-    return cat("the record's sample range ", s.first_sample, "..", s.last_sample, " does not hold its ", s.samples,
-               " samples (a gap: they are recomputed)");
+  if (s.last_sample - s.first_sample + 1 < s.samples)
+    return cat("the record's sample range ", s.first_sample, "..", s.last_sample, " cannot hold its ", s.samples,
+               " samples");
   if (previous == nullptr && want.first_sample >= 0 && s.first_sample != want.first_sample)
     return cat("it starts at sample ", s.first_sample, ", the writer's samples start at ", want.first_sample);
   if (previous != nullptr && s.first_sample != previous->last_sample + 1)
@@ -99,11 +99,16 @@ std::string record_problem(const fs::path& dir, const std::string& stem, std::si
     if (const auto problems = r.structure_problems(); !problems.empty()) return problems.front();
     if (r.num_samples() != s.samples) return cat("it holds ", r.num_samples(), " samples, the record says ", s.samples);
     if (r.num_tokens() != s.tokens) return cat("it holds ", r.num_tokens(), " tokens, the record says ", s.tokens);
+    // In order inside the range, from its first sample to its last; a gap is a sample that
+    // --on-nonfinite skip left out (the resumed run lists it as skipped again).
     const std::vector<int64_t> index = r.sample_index();
-    for (std::size_t i = 0; i < index.size(); ++i)
-      if (index[i] != s.first_sample + int64_t(i))
-        return cat("its /sample_index holds sample ", index[i], " at position ", i, ", the record's range ",
-                   s.first_sample, "..", s.last_sample, " says ", s.first_sample + int64_t(i));
+    for (std::size_t i = 0; i < index.size(); ++i) {
+      const int64_t lo = i == 0 ? s.first_sample : index[i - 1] + 1;
+      const bool ends = i + 1 < index.size() || index[i] == s.last_sample;
+      if (index[i] < lo || index[i] > s.last_sample || (i == 0 && index[i] != s.first_sample) || !ends)
+        return cat("its /sample_index holds sample ", index[i], " at position ", i, ", outside the record's range ",
+                   s.first_sample, "..", s.last_sample, " in order from its first sample to its last");
+    }
     if (want.identity) {
       const OutputMeta& a = r.meta();
       if (a.point_ids != want.point_ids)

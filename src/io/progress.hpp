@@ -51,8 +51,10 @@ struct ProgressCheck {
 // recorded size and SHA-256, readable and well-formed, whose /sample_index is exactly the recorded
 // range first_sample..last_sample (samples and tokens as recorded), starting at `want.first_sample`
 // for record 0 and right after the previous record's last sample otherwise, ending before
-// `want.end_sample`, and whose attributes match `want`'s identity. A shard with a gap in its
-// samples (left out by --on-nonfinite skip) is not kept either: recomputing it is always correct.
+// `want.end_sample`, and whose attributes match `want`'s identity. Inside the range, /sample_index
+// runs in increasing order from first_sample to last_sample; the samples it lacks (gaps) are those
+// --on-nonfinite skip left out, and such a shard is kept like any other (the resumed run lists
+// its gaps as skipped: job::skipped_before_resume).
 ProgressCheck check_progress(const std::filesystem::path& dir, const std::string& stem,
                              const std::vector<ShardInfo>& records, const ResumeExpectation& want);
 

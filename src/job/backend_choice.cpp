@@ -164,6 +164,12 @@ std::string resolve_backend(const std::string& requested, const ModelConfig& cfg
 }
 
 void check_host_memory(const std::string& backend, const ModelConfig& cfg, const TpShard& shard, const RankLoad& load) {
+  const std::string problem = host_memory_problem(backend, cfg, shard, load);
+  LT_CHECK(problem.empty(), problem);
+}
+
+std::string host_memory_problem(const std::string& backend, const ModelConfig& cfg, const TpShard& shard,
+                                const RankLoad& load) {
   const int local_ranks = local_rank_and_size().second;
 #ifdef LAYERTAP_HAVE_CUDA
   const HostPlan plan = backend == "cuda" ? cuda_host_plan(cfg, shard, load) : cpu_host_plan(cfg, shard, load);
@@ -174,12 +180,17 @@ void check_host_memory(const std::string& backend, const ModelConfig& cfg, const
   // Every rank of a node alike (the writer's capture buffers counted for each: an upper bound).
   const int64_t mine = max_over_ranks(plan.total()), have = host_memory_bytes();
   const int64_t need = mine > (int64_t(1) << 62) / local_ranks ? int64_t(1) << 62 : mine * local_ranks;
-  LT_CHECK(need <= have, "not enough host memory: each of the ", local_ranks, " ranks on this node holds up to ",
-           human_bytes(mine), " (", plan.describe(), " at --tp ", shard.size, ", --max-batch-tokens ",
-           load.max_batch_tokens, ", backend ", backend, "), ", human_bytes(need), " in all, but this host allows ",
-           human_bytes(have), "; use a larger --tp, fewer ranks per node, or a smaller --max-batch-tokens",
-           backend == "cpu" ? " (the cuda backend keeps no weights on the host)" : "");
+  // One verdict for all: ranks on different nodes may see different memory.
+  if (any_rank(need > have))
+    return need > have ? cat("not enough host memory: each of the ", local_ranks, " ranks on this node holds up to ",
+                             human_bytes(mine), " (", plan.describe(), " at --tp ", shard.size,
+                             ", --max-batch-tokens ", load.max_batch_tokens, ", backend ", backend, "), ",
+                             human_bytes(need), " in all, but this host allows ", human_bytes(have),
+                             "; use a larger --tp, fewer ranks per node, or a smaller --max-batch-tokens",
+                             backend == "cpu" ? " (the cuda backend keeps no weights on the host)" : "")
+                       : "not enough host memory on another node (its ranks say how much)";
   log_debug("host memory: ", human_bytes(need), " needed of ", human_bytes(have));
+  return "";
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,

@@ -38,6 +38,10 @@ bool gpu_visible();
 // loader's staging ring, pinned batch and capture buffers and the dataset share); else an error
 // with the numbers and what to change, instead of an out-of-memory kill mid-load.
 void check_host_memory(const std::string& backend, const ModelConfig& cfg, const TpShard& shard, const RankLoad& load);
+// The same check's verdict (collective, the same on every rank): "" when it passes, else the
+// message check_host_memory throws (--dry-run reports it and goes on with the plan).
+std::string host_memory_problem(const std::string& backend, const ModelConfig& cfg, const TpShard& shard,
+                                const RankLoad& load);
 
 // This rank's backend (its TP slice of the weights). `backend` is "cpu" or "cuda".
 std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,

@@ -22,6 +22,7 @@
 #include "core/text.hpp"
 #include "io/dataset.hpp"
 #include "io/durable_file.hpp"
+#include "io/output_lock.hpp"
 #include "io/output_writer.hpp"
 #include "io/progress.hpp"
 #include "io/shard_reader.hpp"
@@ -58,10 +59,12 @@ double peak_rss_mib() {
 
 // --dry-run: every check of a real run, the plan per group, the output's size against the free
 // space, and (with --calibrate-batches) the time from a few batches of each group. Writes nothing.
+// Returns kExitDryRunRefused on every rank when a real run would refuse to start (`host_problem`:
+// host_memory_problem's verdict), after the whole plan is printed; 0 otherwise.
 int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::DatasetIndex& index,
             const std::vector<std::pair<std::size_t, std::size_t>>& group_ranges, const WorldLayout& world,
             const TpShard& shard, const std::string& backend_name, const RankLoad& load, int64_t projected,
-            Clock::time_point t_start) {
+            const std::string& host_problem, Clock::time_point t_start) {
   const bool lead = world.world_rank == 0;
   const std::vector<int64_t> lengths = index.lengths();
   std::ostringstream report;
@@ -89,9 +92,24 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
   report << "output      " << plan.points.size() << " points x hidden " << cfg.hidden_size << " x " << o.store_dtype
          << ": " << human_bytes(per_point) << " per point, " << human_bytes(projected) << " in all with token data"
          << (o.compress == "none" ? "" : " (before " + o.compress + " compression)") << "\n";
+  // Why a real run would refuse to start (world rank 0's list decides: it checks --out in a real run).
+  std::vector<std::string> refusals;
   const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
+  const bool space = projected <= available;
   report << "free space  " << human_bytes(available) << " at " << o.out
-         << (projected <= available ? " (enough)" : " (NOT enough: a real run would refuse to start)") << "\n";
+         << (space                  ? " (enough)"
+             : o.ignore_free_space ? " (NOT enough; --ignore-free-space: a real run would start anyway)"
+                                   : " (NOT enough: a real run would refuse to start)")
+         << "\n";
+  if (!space && !o.ignore_free_space) refusals.push_back("not enough free space at --out");
+  if (o.no_lock) {
+    report << "lock        none (--no-lock: nothing keeps a second job out of --out)\n";
+  } else if (const io::LockProbe lock = lead ? io::probe_output_lock(o.out) : io::LockProbe{}; !lock.why.empty()) {
+    report << "lock        NOT free: " << lock.why << " (a real run would refuse to start)\n";
+    refusals.push_back(lock.held ? "--out is in use by another job" : "--out cannot be locked");
+  } else if (lead) {
+    report << "lock        no other job holds " << (fs::path(o.out) / io::kLockFileName).string() << "\n";
+  }
 
   // Each rank's memory plan (and, with --read-weights, its pre-read), in rank order.
   const Checkpoint ckpt(checkpoint_files(o.model));
@@ -102,7 +120,14 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
   report << "memory      per rank, backend " << backend_name
          << (fits ? "" : " (NOT enough device memory: a real run would refuse to start)") << "\n";
   for (const std::string& p : plans) report << indent(p, "  ");
-  if (o.read_weights) {
+  if (!fits) refusals.push_back("not enough device memory");
+  if (!host_problem.empty()) {
+    report << "host memory NOT enough: a real run would refuse to start: " << host_problem << "\n";
+    refusals.push_back("not enough host memory");
+  }
+  if (o.read_weights && !host_problem.empty()) {
+    report << "read        skipped (--read-weights): not enough host memory to load the weights\n";
+  } else if (o.read_weights) {
     const std::vector<std::string> reads = gather_strings(
         cat("rank ", world.world_rank, ": ", pre_read_weights(backend_name, cfg, ckpt, shard), "\n"));
     report << "read        every byte each rank loads (--read-weights)\n";
@@ -113,7 +138,7 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
   if (o.calibrate_batches > 0 && !can_run)
     report << "calibration skipped: no GPU on this machine (the plan above is for --gpu-memory " << o.gpu_memory_gib
            << " GiB)\n";
-  if (o.calibrate_batches > 0 && can_run && fits) {
+  if (o.calibrate_batches > 0 && can_run && fits && host_problem.empty()) {
     // A few batches of each group's own samples, on the backend a real run would use.
     MpiGroups groups(world);
     const auto t_load = Clock::now();
@@ -149,9 +174,17 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
            << " s of forward passes at " << int64_t(rate) << " tokens/s per group, capture and writing not "
            << "included)\n";
   }
+  const bool refuse = broadcast_from_world_root(refusals.empty() ? 0 : 1) != 0;
+  if (refuse) {
+    std::string why;
+    for (const std::string& r : refusals) why += (why.empty() ? "" : "; ") + r;
+    report << "verdict     a real run would refuse to start: " << why << " (exit code " << kExitDryRunRefused << ")\n";
+  } else {
+    report << "verdict     a real run would start\n";
+  }
   if (lead) std::cout << report.str() << std::flush;
   world_barrier();
-  return 0;
+  return refuse ? kExitDryRunRefused : 0;
 }
 
 }  // namespace
@@ -169,6 +202,22 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   // Everything a user can get wrong is checked before the weights are read.
   const fs::path out(o.out);
   check_output_path(out);
+  // One job per --out (io/output_lock.hpp): world rank 0 takes the lock before anything in --out is
+  // read or written and holds it until the process ends, error paths included; every rank stops
+  // with rank 0's error. When --out holds a lock file (a job used it, or uses it now) it is taken
+  // here, so a second job is refused within seconds, before it indexes the dataset; else
+  // prepare_output_dir takes it (no job can be running where no lock file exists). The lock is
+  // rank 0's alone: every rank reaches --out through the same shared directory, and the writers
+  // (TP rank 0 of each group) write only while rank 0 lives (the launcher ends a job's ranks when
+  // one dies). A dry run takes none; it reports a holder.
+  bool locked = false;  // world rank 0
+  if (!o.dry_run && !o.no_lock)
+    run_on_world_root(lead, [&] {
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(out / io::kLockFileName, ec))) return;
+      io::OutputLock::exclusive(out).hold_until_exit();
+      locked = true;
+    });
   const std::string config_path = (fs::path(o.model) / "config.json").string();
   const ModelConfig cfg = load_model_config(config_path);
   const std::string backend_name = resolve_backend(o.backend, cfg, o.dry_run && o.gpu_memory_gib > 0);
@@ -194,7 +243,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   // Parsed samples: int32 ids and a uint8 mask per token, and an id string and vectors per sample.
   const RankLoad load{o.max_batch_tokens, int64_t(plan.points.size()),
                       group_tokens * 5 + int64_t(last_sample - first_sample) * 128, o.gpu_memory_gib};
-  check_host_memory(backend_name, cfg, shard, load);
+  const std::string host_problem = host_memory_problem(backend_name, cfg, shard, load);  // collective
+  LT_CHECK(o.dry_run || host_problem.empty(), host_problem);
   if (lead)  // after the checks that can fail: a warning must not precede an unrelated error
     for (const std::string& w : plan.warnings) log_warn(w);
   const int64_t projected = projected_output_bytes(total_tokens, int64_t(index.samples.size()),
@@ -202,7 +252,9 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
                                                    io::parse_storage_dtype(o.store_dtype), world.dp,
                                                    o.shard_size_mib << 20);
   phase.enter("planning (--dry-run)");
-  if (o.dry_run) return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, load, projected, t_start);
+  if (o.dry_run)
+    return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, load, projected, host_problem,
+                   t_start);
   run_on_world_root(lead, [&] {
     const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
     LT_CHECK(o.ignore_free_space || projected <= available, "the output will take about ", human_bytes(projected),
@@ -219,8 +271,11 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const io::OutputMeta meta = make_output_meta(o, cfg, plan, sha256_file(config_path), ckpt.fingerprint());
   const json identity = run_identity(meta, dataset_sha256, world, shard.moe_split);
   phase.enter("preparing the output directory");
-  const auto state = OutputState(broadcast_from_world_root(
-      lead ? int64_t(prepare_output_dir(out, identity, o.overwrite, o.resume)) : 0));
+  int64_t prepared = 0;
+  run_on_world_root(lead, [&] {  // every rank stops with rank 0's error (the lock's holder, a foreign file)
+    prepared = int64_t(prepare_output_dir(out, identity, o.overwrite, o.resume, !o.no_lock && !locked));
+  });
+  const auto state = OutputState(broadcast_from_world_root(prepared));
   if (state == OutputState::AlreadyComplete) {
     if (lead) log_info("the run in ", o.out, " is already complete; nothing to do");
     return 0;

@@ -30,6 +30,7 @@ struct ExtractOptions {
   bool read_weights = false;     // --dry-run: pre-read and check every byte each rank would load
   double gpu_memory_gib = 0;     // cuda: device memory a rank may use (0: the device's free memory)
   bool ignore_free_space = false;  // start even when the projected output exceeds the free space
+  bool no_lock = false;          // run without the --out lock (file systems that cannot hold one)
   double progress_seconds = 30;
   std::string log_level = "info";
   std::string command;           // the command line as typed, for the manifest

@@ -16,6 +16,7 @@
 #include "core/regular_file.hpp"
 #include "io/durable_file.hpp"
 #include "io/output_check.hpp"
+#include "io/output_lock.hpp"
 #include "io/progress.hpp"
 
 namespace layertap::job {
@@ -27,6 +28,14 @@ using nlohmann::json;
 bool is_layertap_file(const fs::path& p) {
   static const std::regex pattern(R"((manifest\.json|run\.json|shard.*\.h5(\.tmp)?|shard.*\.progress\.json)(\.tmp)?)");
   return std::regex_match(p.filename().string(), pattern);
+}
+
+// layertap's own bookkeeping, neither an earlier run's output nor a foreign file: the lock file
+// (io/output_lock.hpp; never removed, not even by --overwrite: another job may hold it) and the
+// write probe below.
+bool is_bookkeeping_file(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return name == io::kLockFileName || name == ".layertap-write-test";
 }
 
 json read_json(const fs::path& file) {
@@ -103,13 +112,35 @@ void check_output_path(const fs::path& dir) {
   LT_CHECK(::access(existing.c_str(), W_OK | X_OK) == 0, what, " is not writable: ", std::strerror(errno));
 }
 
-OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool overwrite, bool resume) {
+OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool overwrite, bool resume,
+                               bool take_lock) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   LT_CHECK(!ec && fs::is_directory(dir), "cannot create output directory '", dir.string(), "': ", ec.message());
   std::vector<fs::path> earlier, foreign;
-  for (const auto& entry : fs::directory_iterator(dir))
-    (is_layertap_file(entry.path()) ? earlier : foreign).push_back(entry.path());
+  const auto list = [&] {
+    earlier.clear();
+    foreign.clear();
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (!is_bookkeeping_file(entry.path()))
+        (is_layertap_file(entry.path()) ? earlier : foreign).push_back(entry.path());
+    std::sort(foreign.begin(), foreign.end());
+  };
+  const auto refuse_foreign = [&] {
+    // A new run writes into an empty directory: shards among someone's other files are easy to lose
+    // or to mistake for theirs. --overwrite writes among them (and leaves them alone).
+    LT_CHECK(foreign.empty() || overwrite, "output directory '", dir.string(), "' holds ", foreign.size(),
+             " file(s) that are not layertap's ('", foreign.empty() ? std::string() : excerpt(foreign.front().filename().string()),
+             "'", foreign.size() > 1 ? ", ..." : "", "); choose an empty or new --out, or pass --overwrite to write "
+             "among them (they are kept)");
+  };
+  list();
+  if (take_lock) {
+    // Someone's directory is refused before the lock file is created in it: it is left as it was.
+    if (!(!earlier.empty() && resume && fs::exists(dir / "run.json"))) refuse_foreign();
+    io::OutputLock::exclusive(dir).hold_until_exit();
+    list();  // what the directory holds now that no other job can change it
+  }
   const fs::path probe = dir / ".layertap-write-test";
   { std::ofstream(probe) << "ok"; }
   LT_CHECK(fs::exists(probe) && fs::file_size(probe) == 2, "output directory '", dir.string(), "' is not writable");
@@ -131,13 +162,7 @@ OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool o
     }
     return OutputState::Resume;
   }
-  // A new run writes into an empty directory: shards among someone's other files are easy to lose
-  // or to mistake for theirs. --overwrite writes among them (and leaves them alone).
-  std::sort(foreign.begin(), foreign.end());
-  LT_CHECK(foreign.empty() || overwrite, "output directory '", dir.string(), "' holds ", foreign.size(),
-           " file(s) that are not layertap's ('", foreign.empty() ? std::string() : excerpt(foreign.front().filename().string()),
-           "'", foreign.size() > 1 ? ", ..." : "", "); choose an empty or new --out, or pass --overwrite to write "
-           "among them (they are kept)");
+  refuse_foreign();
   if (!earlier.empty()) {
     LT_CHECK(overwrite || resume, "output directory '", dir.string(), "' already holds a run (",
              earlier.front().filename().string(), ", ...); pass --resume to continue it, --overwrite to replace it, "
@@ -160,11 +185,8 @@ std::vector<std::string> complete_run_problems(const fs::path& dir) {
   } catch (const Error& e) {
     return {cat("manifest.json cannot be trusted: ", e.what())};
   }
-  int64_t samples = 0, tokens = 0;
   std::error_code ec;
   for (const io::ManifestShard& s : m.shards) {
-    samples += s.samples;
-    tokens += s.tokens;
     const fs::file_status st = fs::symlink_status(dir / s.file, ec);
     if (fs::exists(st) && !fs::is_regular_file(st)) {
       problems.push_back(cat(s.file, ": not a regular file (a symlink, a directory or a special file)"));
@@ -173,16 +195,9 @@ std::vector<std::string> complete_run_problems(const fs::path& dir) {
     const io::ShardFindings f = io::check_shard(dir, s, m, /*checksum=*/true);
     problems.insert(problems.end(), f.problems.begin(), f.problems.end());
   }
-  if (samples != m.total_samples || tokens != m.total_tokens)
-    problems.push_back(cat("manifest.json: its shards hold ", samples, " samples and ", tokens,
-                           " tokens, its totals say ", m.total_samples, " and ", m.total_tokens));
-  const json& dataset = m.raw.contains("dataset") ? m.raw.at("dataset") : json();
-  const json& skipped = m.raw.contains("skipped_samples") ? m.raw.at("skipped_samples") : json::array();
-  if (!dataset.is_object() || !dataset.contains("samples") || !dataset.at("samples").is_number_integer() ||
-      !skipped.is_array() || dataset.at("samples").get<int64_t>() != m.total_samples + int64_t(skipped.size()))
-    problems.push_back(cat("manifest.json: its shards hold ", m.total_samples, " samples and it lists ",
-                           skipped.is_array() ? skipped.size() : 0, " skipped, not the dataset's ",
-                           dataset.is_object() && dataset.contains("samples") ? dataset.at("samples").dump() : "?"));
+  // The counts by the rule inspect and verify apply (skipped samples included).
+  const std::vector<std::string> counts = io::manifest_count_problems(m);
+  problems.insert(problems.end(), counts.begin(), counts.end());
   return problems;
 }
 

@@ -3,6 +3,7 @@
 //   <stem>.progress.json        per writer: the shards it has closed (io/progress.hpp)
 //   shard-*.h5                  complete shards; *.h5.tmp are unfinished and never trusted
 //   manifest.json               written last; "complete": false after a graceful stop
+//   .layertap.lock              the lock that keeps a second job out (io/output_lock.hpp)
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -50,8 +51,13 @@ int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, 
 // adding up): AlreadyComplete only when all of it checks out; otherwise each finding is logged as
 // a warning naming the shard, the manifest is removed and the answer is Resume, so the writers
 // recompute what does not check out (keep_verified_shards). Writes run.json for a fresh run.
+// `take_lock`: takes the --out lock (io::OutputLock::exclusive, held until the process ends) once
+// the directory exists, after refusing a new run among foreign files (so such a directory is left
+// as it was) and before anything else is read or written; false when the caller holds it already
+// (or --no-lock). The lock file is layertap's own: neither an earlier run's file nor a foreign one,
+// and never removed.
 OutputState prepare_output_dir(const std::filesystem::path& dir, const nlohmann::json& identity, bool overwrite,
-                               bool resume);
+                               bool resume, bool take_lock);
 
 // Why a manifest that says "complete" does not describe the files in `dir` (one line per finding,
 // each naming the shard or key); empty when it does. Reads every shard in full (SHA-256).

@@ -226,6 +226,7 @@ class Extract(unittest.TestCase):
         self.assertIn("free space", p.stdout)
         self.assertIn("(enough)", p.stdout)
         self.assertRegex(p.stdout, r"estimate +about \d+ s for the run")
+        self.assertIn("verdict     a real run would start", p.stdout)  # and exit code 0 (extract checks it)
         # Batches per group: packed in input order up to 4096 tokens, as the real run packs them.
         batches, used = 0, None
         for s in samples:
@@ -247,10 +248,41 @@ class Extract(unittest.TestCase):
             self.assertIn("are free at", p.stderr)
             self.assertIn("--ignore-free-space", p.stderr)
             self.assertFalse(out.exists(), "--out was created before the refusal")
-            p = self.extract("llama", demo, out, "--dry-run", "--calibrate-batches", "0")
-            self.assertIn("NOT enough", p.stdout)
+            # The dry run prints the whole plan, then exits 3: a real run would refuse.
+            p = self.extract("llama", demo, out, "--dry-run", "--calibrate-batches", "0", ok=False)
+            self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+            self.assertIn("NOT enough: a real run would refuse to start", p.stdout)
+            self.assertIn("memory      per rank", p.stdout)
+            self.assertIn("verdict     a real run would refuse to start: not enough free space at --out (exit code 3)",
+                          p.stdout)
+            self.assertFalse(out.exists(), "a dry run wrote to --out")
+            # --ignore-free-space: a real run would start, so the dry run exits 0.
+            p = self.extract("llama", demo, out, "--dry-run", "--calibrate-batches", "0", "--ignore-free-space")
+            self.assertIn("--ignore-free-space: a real run would start anyway", p.stdout)
+            self.assertIn("verdict     a real run would start", p.stdout)
         finally:
             subprocess.run(["umount", str(mnt)])
+
+    def test_dry_run_exits_3_when_host_memory_would_refuse(self):
+        """Weights that cannot fit the host: a real run refuses (exit 1) before reading any; the dry
+        run prints the whole plan with the reason and exits 3, skipping what would need them."""
+        model = self.tmp / "huge-vocab"
+        shutil.copytree(self.fix / "models" / "llama", model)
+        config = json.loads((model / "config.json").read_text())
+        config["vocab_size"] = 2**31
+        (model / "config.json").write_text(json.dumps(config))
+        out = self.tmp / "never"
+        p = self.run_layertap("extract", "--model", model, "--data", self.golden, "--out", out, ok=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("not enough host memory", p.stderr)
+        p = self.run_layertap("extract", "--model", model, "--data", self.golden, "--out", out, "--dry-run",
+                              "--read-weights", ok=False)
+        self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+        self.assertIn("host memory NOT enough: a real run would refuse to start: not enough host memory", p.stdout)
+        self.assertIn("read        skipped (--read-weights)", p.stdout)
+        self.assertIn("free space", p.stdout)
+        self.assertIn("verdict     a real run would refuse to start: not enough host memory (exit code 3)", p.stdout)
+        self.assertFalse(out.exists(), "a dry run wrote to --out")
 
     def test_existing_output_needs_overwrite_and_unwritable_output_fails(self):
         out = self.tmp / "out"

@@ -8,7 +8,8 @@ data as sparse holes). Checks: every rank's device plan fits 141 GiB for Kimi-K2
 and not 40 GiB (with the largest batch that would fit), nothing is written; --read-weights at TP 8 on
 a full-width Kimi-K2.5 with few layers keeps each rank's peak anonymous memory under 2 GiB; a wrong
 weight_shape, a NaN FP8 scale and a truncated shard are refused by name on every rank, before any
-GPU would be used; --backend cuda without --gpu-memory on a machine without a GPU says what to pass.
+GPU would be used; --backend cuda without --gpu-memory on a machine without a GPU says what to pass;
+a plan that does not fit exits 3 on every rank (0 when it fits).
 """
 import argparse
 import json
@@ -54,9 +55,11 @@ class Plan(unittest.TestCase):
         subprocess.run([sys.executable, ARGS.tool, "--out", str(out), *args], check=True, stdout=subprocess.DEVNULL)
         return out
 
-    def extract(self, model, *args, np_=8, tp=8, capture="eagle3"):
+    def extract(self, model, *args, np_=8, tp=8, capture="eagle3", per_rank=False):
+        """The dry run; with per_rank, every rank also prints 'rank exit C' (its own exit code)."""
         out = self.tmp / "out"
-        cmd = [ARGS.mpirun, "--oversubscribe", "-np", str(np_), ARGS.layertap, "extract", "--model", str(model),
+        wrap = ["sh", "-c", '"$0" "$@"; echo "rank exit $?"'] if per_rank else []
+        cmd = [ARGS.mpirun, "--oversubscribe", "-np", str(np_), *wrap, ARGS.layertap, "extract", "--model", str(model),
                "--data", str(self.data), "--out", str(out), "--tp", str(tp), "--capture", capture,
                "--backend", "cuda", "--dry-run", *args]
         r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900)
@@ -82,11 +85,15 @@ class Plan(unittest.TestCase):
                 self.assertIn("no weights", r.stdout)       # the cuda host plan holds none
                 self.assertIn("calibration skipped: no GPU", r.stdout)
                 print(f"     {arch} tp 8: device {lines[0][0]} GiB on rank 0 of 141")
-                # A card too small: every rank says so, with the batch that would fit or that none does.
-                small = self.extract(model, "--gpu-memory", "40", "--calibrate-batches", "0")
-                self.assertEqual(small.returncode, 0, small.stderr[-3000:])
+                self.assertIn("verdict     a real run would start", r.stdout)
+                # A card too small: every rank says so, with the batch that would fit or that none does,
+                # and every rank exits 3 after the whole plan (a real run would refuse to start).
+                small = self.extract(model, "--gpu-memory", "40", "--calibrate-batches", "0", per_rank=True)
                 self.assertIn("NOT enough device memory", small.stdout)
                 self.assertEqual([v for _, _, v, _ in self.device_lines(small.stdout)], ["does NOT fit"] * 8)
+                self.assertIn("a real run would refuse to start: not enough device memory (exit code 3)", small.stdout)
+                self.assertEqual(sorted(l for l in small.stdout.splitlines() if l.startswith("rank exit ")),
+                                 ["rank exit 3"] * 8, small.stdout[-3000:] + small.stderr[-3000:])
                 shutil.rmtree(model)
 
     def test_no_gpu_needs_gpu_memory(self):

@@ -204,6 +204,42 @@ class Resilience(unittest.TestCase):
         v = subprocess.run([ARGS.layertap, "verify", out, "--samples", "-1", "--model", model], capture_output=True,
                            text=True, timeout=120)
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        # inspect, verify and --resume apply one rule: the dataset's 12 = 11 held + 1 skipped.
+        i = subprocess.run([ARGS.layertap, "inspect", out], capture_output=True, text=True, timeout=120)
+        self.assertEqual(i.returncode, 0, i.stdout + i.stderr)
+        self.assertIn("1 sample(s) skipped", i.stdout)
+        before = {f.name: (f.stat().st_mtime_ns, f.stat().st_ino) for f in out.glob("shard-*.h5")}
+        p = self.run_job(2, out, ["--on-nonfinite", "skip", "--resume"], data=data, model=model, log_level="info")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("already complete; nothing to do", p.stderr + p.stdout)
+        self.assertEqual({f.name: (f.stat().st_mtime_ns, f.stat().st_ino) for f in out.glob("shard-*.h5")}, before)
+
+        # An interrupted skip run: the shard that holds the skipped sample's gap is kept by --resume
+        # (not recomputed), the resumed manifest lists the sample as skipped, and every tool accepts it.
+        data = self.tmp / "poisoned-long.jsonl"
+        write_dataset(data, 60, seed=3, poison=(3, poison_token))
+        out = self.tmp / "nan-skip-resumed"
+        p = self.run_job(1, out, ["--on-nonfinite", "skip"], data=data, model=model, failpoint="forward:12")
+        self.assertNotEqual(p.returncode, 0, "the failpoint did not fire")
+        records = json.loads((out / "shard.progress.json").read_text())["closed_shards"]
+        self.assertGreaterEqual(len(records), 2, "the case needs closed shards")
+        gap = records[0]
+        self.assertEqual((gap["first_sample"], gap["samples"]), (0, gap["last_sample"]), "shard 0 holds the gap")
+        before = (out / gap["file"]).stat()
+        p = self.run_job(1, out, ["--on-nonfinite", "skip", "--resume"], data=data, model=model, log_level="info")
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertNotIn("is not kept", p.stderr)
+        self.assertIn(f"({records[-1]['last_sample'] + 1} kept from the interrupted run)", p.stderr)
+        after = (out / gap["file"]).stat()
+        self.assertEqual((after.st_ino, after.st_mtime_ns), (before.st_ino, before.st_mtime_ns), "shard 0 rewritten")
+        manifest, samples = read_output(out)
+        self.assertTrue(manifest["complete"])
+        self.assertEqual([s["index"] for s in manifest["skipped_samples"]], [3])
+        self.assertEqual([s[0] for s in samples], [i for i in range(60) if i != 3])
+        for tool in (["inspect", out], ["verify", out, "--samples", "4", "--model", model]):
+            r = subprocess.run([ARGS.layertap, *tool], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        print(f"[resilience] skip run resumed: {gap['file']} (with the gap at sample 3) kept; inspect and verify agree")
 
     def test_resume_keeps_only_what_checks_out(self):
         """--resume trusts no record it did not check: a progress record that lies about its last

@@ -357,7 +357,15 @@ struct ProgressRow {
 TEST(ResumeProgress, OnlyRecordsTrueOfTheirShardsAreKept) {
   const std::vector<ProgressRow> rows = {
       {"intact", [](auto&, auto&, auto&) {}, -1, ""},
-      {"last sample lie", [](auto& r, auto&, auto&) { r[0].last_sample += 100; }, 0, "does not hold its 2 samples"},
+      {"last sample lie", [](auto& r, auto&, auto&) { r[0].last_sample += 100; }, 0, "past the writer's last sample 5"},
+      {"last sample lie inside the group",
+       [](auto& r, auto&, auto& w) {
+         r[0].last_sample += 100;
+         w.end_sample = -1;
+       },
+       0, "/sample_index holds sample 1 at position 1, outside the record's range 0..101"},
+      {"more samples than the range", [](auto& r, auto&, auto&) { r[2].first_sample += 1; }, 2,
+       "cannot hold its 2 samples"},
       {"last sample and count lie",
        [](auto& r, auto&, auto& w) {
          r[1].last_sample += 100;
@@ -418,6 +426,37 @@ TEST(ResumeProgress, OnlyRecordsTrueOfTheirShardsAreKept) {
     EXPECT_EQ(int64_t(check.kept.size()), row.dropped_at < 0 ? int64_t(records.size()) : row.dropped_at);
     EXPECT_NE(check.why.find(row.why), std::string::npos) << "why: '" << check.why << "'";
   }
+}
+
+// --on-nonfinite skip leaves samples out of a shard: such a shard is kept on resume like any
+// other (its gaps are listed as skipped again); only a sample out of order or outside its record's
+// range drops it.
+TEST(ResumeProgress, ShardsWithSkippedSamplesAreKept) {
+  TempDir dir;
+  const auto meta = test_meta(2, 16, DType::BF16);
+  {
+    OutputWriter w(dir.path(), "shard", meta, 1);  // one batch per shard: 0 2 | 3 4 | 5 7 (1 and 6 skipped)
+    for (const std::vector<int64_t>& b : {std::vector<int64_t>{0, 2}, {3, 4}, {5, 7}})
+      w.submit(make_batch(b, {3, 4}, meta));
+    w.finish();
+  }
+  const std::vector<ShardInfo> records = read_progress(dir.path(), "shard");
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].first_sample, 0);
+  EXPECT_EQ(records[0].last_sample, 2);
+  ResumeExpectation want;
+  want.first_sample = 0;
+  want.end_sample = 9;
+  ProgressCheck check = check_progress(dir.path(), "shard", records, want);
+  EXPECT_EQ(check.dropped_at, -1) << check.why;
+  EXPECT_EQ(check.kept.size(), 3u);
+  // A range that claims the skipped sample's place past the shard's last sample is a lie.
+  std::vector<ShardInfo> lying = records;
+  lying[0].last_sample = 1;
+  lying[0].samples = 2;
+  check = check_progress(dir.path(), "shard", lying, want);
+  EXPECT_EQ(check.dropped_at, 0);
+  EXPECT_NE(check.why.find("outside the record's range 0..1"), std::string::npos) << check.why;
 }
 
 TEST(ResumeProgress, MalformedRecordsAreRefusedNamingTheFile) {

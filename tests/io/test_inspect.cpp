@@ -4,7 +4,14 @@
 #include <sstream>
 
 #include "cli/inspect.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "io/output_lock.hpp"
 #include "io/output_writer.hpp"
+
+#include <unistd.h>
+
+#include <optional>
 #include "io_test_util.hpp"
 
 namespace layertap::io {
@@ -119,6 +126,26 @@ TEST(Inspect, ReportsShardsThatDisagreeWithTheManifest) {
        "key 'id' = 99 is outside [0, 9]"},
       {"huge counts", [](json& m, const fs::path&) { m["shards"][0]["tokens"] = int64_t(1) << 61; },
        "manifest implies [tokens, points, hidden] = [2305843009213693952, 4, 16]"},
+      // The count rule (io::manifest_count_problems) that verify and --resume apply too.
+      {"a sample neither held nor skipped", [](json& m, const fs::path&) { m["dataset"]["samples"] = 7; },
+       "manifest.json: its shards hold 6 samples and it lists 0 skipped, not the dataset's 7"},
+      {"skipped twice",
+       [](json& m, const fs::path&) {
+         m["dataset"]["samples"] = 8;
+         m["skipped_samples"] = json::array({{{"index", 6}}, {{"index", 6}}});
+       },
+       "skipped_samples lists index 6 twice"},
+      {"skipped outside the dataset",
+       [](json& m, const fs::path&) {
+         m["dataset"]["samples"] = 7;
+         m["skipped_samples"] = json::array({{{"index", 7}}});
+       },
+       "skipped_samples lists index 7, outside the dataset's 7 samples"},
+      {"skipped without an index", [](json& m, const fs::path&) { m["skipped_samples"] = json::array({json::object()}); },
+       "skipped_samples[0]: missing key 'index'"},
+      {"complete without dataset.samples", [](json& m, const fs::path&) { m["dataset"].erase("samples"); },
+       "names no dataset.samples"},
+      {"totals bytes", [](json& m, const fs::path&) { m["totals"]["bytes"] = 1; }, "differ from the sum over its shards"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -130,6 +157,60 @@ TEST(Inspect, ReportsShardsThatDisagreeWithTheManifest) {
     EXPECT_NE(inspect(dir.path(), text), 0) << text;
     expect_contains(text, "ERROR: ");
     expect_contains(text, c.expected);
+  }
+}
+
+// A complete --on-nonfinite skip run: the dataset's samples are the shards' plus the skipped ones.
+TEST(Inspect, AcceptsACompleteRunWithSkippedSamples) {
+  TempDir dir;
+  json m = write_output(dir.path());
+  m["dataset"]["samples"] = 7;
+  m["skipped_samples"] = json::array({{{"index", 6}, {"id", "s6"}, {"reason", "non-finite states"}}});
+  write_json_atomically(dir.path() / "manifest.json", m);
+  std::string text;
+  EXPECT_EQ(inspect(dir.path(), text), 0) << text;
+  expect_contains(text, "1 sample(s) skipped");
+  EXPECT_EQ(text.find("ERROR"), std::string::npos) << text;
+}
+
+// inspect takes the --out lock shared: refused while a job holds it, naming the job; a leftover
+// lock file (its job gone) is no obstacle and no foreign file.
+TEST(Inspect, RefusesAnOutputAJobHoldsAndReadsALeftoverLockFile) {
+  TempDir dir;
+  write_output(dir.path());
+  std::string text;
+  {
+    OutputLock held = OutputLock::exclusive(dir.path());
+    EXPECT_NE(inspect(dir.path(), text), 0) << text;
+    expect_contains(text, "is being written by a layertap job (host ");
+    expect_contains(text, layertap::cat("pid ", ::getpid()));
+    expect_contains(text, ".layertap.lock");
+    const LockProbe probe = probe_output_lock(dir.path());
+    EXPECT_TRUE(probe.held);
+    EXPECT_EQ(probe.why.rfind("--out is in use by another layertap job (host ", 0), 0u) << probe.why;
+    // A second exclusive holder is refused naming the first.
+    std::string err;
+    try {
+      OutputLock::exclusive(dir.path());
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    EXPECT_NE(err.find("is in use by another layertap job (host "), std::string::npos) << err;
+  }
+  EXPECT_TRUE(fs::exists(dir.path() / kLockFileName));
+  EXPECT_EQ(inspect(dir.path(), text), 0) << text;
+  EXPECT_EQ(probe_output_lock(dir.path()).why, "");
+  {
+    // While inspect-like readers hold it shared, a job is refused naming them.
+    const std::optional<OutputLock> reader = OutputLock::shared(dir.path());
+    ASSERT_TRUE(reader.has_value());
+    std::string err;
+    try {
+      OutputLock::exclusive(dir.path());
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    EXPECT_NE(err.find("is being read by layertap inspect, verify or a --dry-run"), std::string::npos) << err;
   }
 }
 
