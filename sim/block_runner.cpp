@@ -43,6 +43,7 @@ constexpr std::size_t kStackBytes = LT_SIM_ASAN ? (std::size_t(1) << 20) : (std:
 
 struct Stack {
   std::byte* base = nullptr;  // a guard page, then kStackBytes
+  std::byte* deepest_live = nullptr;  // ASan: the lowest frame still live when its fiber ended
   std::byte* bottom() const { return base + getpagesize(); }
   std::byte* top() const { return bottom() + kStackBytes; }
 };
@@ -58,8 +59,12 @@ struct StackPool {
       Stack s = free.back();
       free.pop_back();
 #if LT_SIM_ASAN
-      // A finished fiber's last frames never returned: clear their redzones before reuse.
-      ASAN_UNPOISON_MEMORY_REGION(s.bottom(), kStackBytes);
+      // A finished fiber's last frames (lane_main's, switch_to_scheduler's) never returned: clear
+      // their redzones before reuse. Deeper frames returned and cleared their own.
+      if (s.deepest_live != nullptr) {
+        std::byte* from = std::max(s.bottom(), s.deepest_live - 4096);
+        ASAN_UNPOISON_MEMORY_REGION(from, std::size_t(s.top() - from));
+      }
 #endif
       return s;
     }
@@ -121,6 +126,7 @@ thread_local Block* current_block = nullptr;
 // Fiber side: back to the block's scheduler; returns when resumed (never when `final`).
 void switch_to_scheduler(Lane& lane, bool final) {
   Block* b = current_block;
+  if (final) lane.stack.deepest_live = static_cast<std::byte*>(__builtin_frame_address(0));
 #if LT_SIM_ASAN
   __sanitizer_start_switch_fiber(final ? nullptr : &lane.fake_stack, b->scheduler_stack, b->scheduler_stack_bytes);
 #else

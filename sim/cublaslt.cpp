@@ -2,7 +2,8 @@
 // src/backend/cuda/gemm.cpp makes (plus the cuBLAS handle calls of kernels/device_info.cpp).
 //   D (m x n) = alpha * op(A) op(B) + beta * C  [+ bias (m), epilogue BIAS]
 // column-major with leading dimensions, A and B bf16, C and D bf16 or float32, float32
-// accumulation (products of bf16 are exact in float32; sums in k order), one rounding to D's type.
+// accumulation (products of bf16 are exact in float32; the float32 product is OpenBLAS's sgemm of
+// the widened operands), one rounding to D's type.
 // Refused as the library documents rather than computed: a leading dimension below its rows, a
 // shape or type combination it does not support, an operand less aligned than the heuristic was
 // promised (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256), a handle used on another
@@ -10,6 +11,8 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+
+#include <cblas.h>
 
 #include <cstring>
 #include <memory>
@@ -361,21 +364,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         const auto* pb = static_cast<const std::byte*>(B);
         const auto* pc = static_cast<const std::byte*>(C);
         auto* pd = static_cast<std::byte*>(D);
-        // op(A) as (m, k) and op(B)^T as (n, k), k contiguous.
-        std::vector<float> ra(s.m * s.k), rb(s.n * s.k);
+        // op(A) as (m, k) and op(B) as (k, n), row-major, widened to float32; P = op(A) op(B).
+        std::vector<float> ra(s.m * s.k), rb(s.k * s.n), p(s.m * s.n);
         for (std::uint64_t i = 0; i < s.m; ++i)
           for (std::uint64_t k = 0; k < s.k; ++k)
             ra[i * s.k + k] = to_float(pa, x.transa == CUBLAS_OP_N ? i + k * la.ld : k + i * la.ld, la.type);
-        for (std::uint64_t j = 0; j < s.n; ++j)
-          for (std::uint64_t k = 0; k < s.k; ++k)
-            rb[j * s.k + k] = to_float(pb, x.transb == CUBLAS_OP_N ? k + j * lb.ld : j + k * lb.ld, lb.type);
+        for (std::uint64_t k = 0; k < s.k; ++k)
+          for (std::uint64_t j = 0; j < s.n; ++j)
+            rb[k * s.n + j] = to_float(pb, x.transb == CUBLAS_OP_N ? k + j * lb.ld : j + k * lb.ld, lb.type);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(s.m), int(s.n), int(s.k), 1.0f, ra.data(),
+                    int(s.k), rb.data(), int(s.n), 0.0f, p.data(), int(s.n));
         for (std::uint64_t j = 0; j < s.n; ++j) {
           for (std::uint64_t i = 0; i < s.m; ++i) {
-            float acc = 0.0f;
-            const float* ar = &ra[i * s.k];
-            const float* br = &rb[j * s.k];
-            for (std::uint64_t k = 0; k < s.k; ++k) acc += ar[k] * br[k];
-            float v = fa * acc;
+            float v = fa * p[i * s.n + j];
             if (fb != 0.0f) v += fb * to_float(pc, i + j * lc.ld, lc.type);
             if (bias) v += to_float(static_cast<const std::byte*>(bias_ptr), i, bias_type);
             store(pd, i + j * ld.ld, ld.type, v);

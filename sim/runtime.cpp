@@ -599,6 +599,20 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 
 cudaError_t cudaFree(void* p) { return release(p, false, "cudaFree"); }
 
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
+  if (attr == nullptr) return misuse(cudaErrorInvalidValue, "cudaPointerGetAttributes", "null pointer");
+  std::memset(attr, 0, sizeof *attr);
+  attr->type = cudaMemoryTypeUnregistered;
+  attr->device = -2;
+  if (AllocationRef a = find_allocation(p, 1)) {
+    attr->type = a->device == kPinnedHost ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+    attr->device = a->device == kPinnedHost ? current_index : a->device;
+    attr->devicePointer = const_cast<void*>(p);
+    if (a->device == kPinnedHost) attr->hostPointer = const_cast<void*>(p);
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {
   if (p == nullptr) return misuse(cudaErrorInvalidValue, "cudaHostAlloc", "null pointer");
   if (flags != cudaHostAllocDefault) {

@@ -52,6 +52,8 @@
 #include "backend/cpu/moe.hpp"
 #include "backend/cpu/ops.hpp"
 #include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/load_plan.hpp"
+#include "backend/cuda/memory_plan.hpp"
 #include "cli/bench.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -472,6 +474,40 @@ int packed_matches_bf16(const std::string& name) {
   return ok ? 0 : 1;
 }
 
+// What a real run allocates is what the dry run plans: the device memory a CudaBackend takes
+// (cudaMemGetInfo before and after) against plan_memory of the checkpoint's shape, the dry run's
+// figure. The simulated GPU allocates exactly what is asked, so there the two are equal; on a
+// real GPU the context, cuBLASLt and NCCL take some of the planned headroom too.
+int device_memory_as_planned(const std::string& name) {
+  const fs::path dir = fixture(name);
+  const ModelConfig cfg = load_model_config((dir / "config.json").string());
+  const Checkpoint ckpt(checkpoint_files(dir.string()));
+  SoloDeviceAllReduce solo;
+  cuda::CudaBackendOptions o;
+  o.max_batch_tokens = 300;
+  o.max_capture_points = 4;
+  const cuda::MemoryPlan plan = cuda::plan_memory(cuda::checkpoint_shape(cfg, {}, ckpt), o);
+  const std::size_t planned = plan.weight_bytes + plan.scratch_bytes + plan.workspace_bytes;
+  std::size_t free0 = 0, free1 = 0, total = 0;
+  LT_CUDA_CHECK(cudaDeviceSynchronize());
+  LT_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  std::size_t taken = 0;
+  {
+    cuda::CudaBackend b(cfg, ckpt, solo, o);
+    LT_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+    taken = free0 - free1;
+  }
+#if defined(LAYERTAP_CUDA_SIM)
+  const bool ok = taken == planned;
+#else
+  const bool ok = taken >= planned && taken <= planned + cuda::kDeviceHeadroomBytes;
+#endif
+  std::printf("%s %-16s device memory taken %zu bytes, planned %zu (weights %zu + scratch %zu + workspace %zu)\n",
+              ok ? "ok  " : "FAIL", name.c_str(), taken, planned, plan.weight_bytes, plan.scratch_bytes,
+              plan.workspace_bytes);
+  return ok ? 0 : 1;
+}
+
 // One rank of a group whose all-reduces are skipped (expert load and shapes only).
 class NoAllReduce final : public DeviceAllReduce {
  public:
@@ -715,6 +751,8 @@ int main() {
     failures += packed_matches_bf16("deepseek_v3_fp8");
     failures += packed_matches_bf16("kimi_k25_int4");
     failures += synthetic_moe();
+    for (const char* name : {"llama", "qwen2", "deepseek_v3_fp8", "kimi_k25_int4", "qwen3_moe"})
+      failures += device_memory_as_planned(name);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

@@ -25,6 +25,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
+#include "kernels/cuda_check.hpp"
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
@@ -88,6 +89,51 @@ void compare_fixture(const std::string& name, int tp, MoeSplit split) {
   check(sizes_agree && flags_agree && differ == 0,
         cat(name, " tp ", tp, cfg.moe ? cat(" ", moe_split_name(split)) : std::string(), ": ", ranks, " ranks, ",
             bytes, " bytes of plan image = DeviceWeights::upload's block (", differ, " bytes differ)"));
+}
+
+// Where a GPU (or the simulated one) is visible: on the last of its devices, DeviceWeights::load's
+// block read back equals the plan's HostTarget image byte for byte, padding included, loaded
+// through a ring of small slots on three reader threads (each must select that device itself),
+// and the block lives on that device.
+void device_matches_image(const std::string& name, int tp, MoeSplit split) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const fs::path dir = fixture(name);
+  const ModelConfig cfg = load_model_config((dir / "config.json").string());
+  try {
+    check_tp_divisibility(cfg, {0, tp, split});
+  } catch (const Error&) {
+    return;
+  }
+  const Checkpoint ckpt(checkpoint_files(dir.string()));
+  const int last = count - 1;
+  LT_CUDA_CHECK(cudaSetDevice(last));
+  std::size_t bytes = 0, differ = 0;
+  bool on_device = true;
+  for (int r = 0; r < tp; ++r) {
+    const cuda::LocalShape s = cuda::checkpoint_shape(cfg, {r, tp, split}, ckpt);
+    const std::vector<std::byte> want = plan_image(s, ckpt, cfg.quant, cuda::LoaderOptions{});
+    cuda::LoaderOptions o;
+    o.threads = 3;
+    o.slot_bytes = 1000;
+    const cuda::DeviceWeights w = cuda::DeviceWeights::load(s, cuda::plan_load(s, ckpt, cfg.quant), o);
+    std::vector<std::byte> got(w.sizes().resident);
+    if (!got.empty()) LT_CUDA_CHECK(cudaMemcpy(got.data(), w.block(), got.size(), cudaMemcpyDeviceToHost));
+    differ += got.size() != want.size();
+    for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) differ += got[i] != want[i];
+    bytes += got.size();
+    cudaPointerAttributes a{};
+    LT_CUDA_CHECK(cudaPointerGetAttributes(&a, w.block()));
+    on_device &= got.empty() || (a.type == cudaMemoryTypeDevice && a.device == last);
+  }
+  LT_CUDA_CHECK(cudaSetDevice(0));
+  check(differ == 0 && on_device,
+        cat(name, " tp ", tp, cfg.moe ? cat(" ", moe_split_name(split)) : std::string(), " on device ", last, " of ",
+            count, ": ", bytes, " bytes of DeviceWeights::load's block = the plan's image (", differ,
+            " bytes differ)", on_device ? "" : "; the block is not on that device"));
 }
 
 // A copy of fixture `name` in a fresh temporary directory.
@@ -203,6 +249,7 @@ int main() {
               !load_model_config((fixture(name) / "config.json").string()).moe)
             continue;
           compare_fixture(name, tp, split);
+          device_matches_image(name, tp, split);
         }
     damaged();
   } catch (const std::exception& e) {

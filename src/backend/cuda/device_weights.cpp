@@ -254,6 +254,9 @@ DeviceWeights DeviceWeights::allocate(const LocalShape& shape) {
   DeviceWeights w;
   w.memory_ = DeviceMemory(need.resident);
   w.scratch_ = DeviceMemory(need.scratch);
+  // Zeros where no tensor goes (alignment padding), so the block equals the plan's image byte for
+  // byte and holds nothing of the memory's previous contents.
+  if (need.resident > 0) LT_CUDA_CHECK(cudaMemset(w.memory_.data(), 0, need.resident));
   Arena arena(w.memory_.data(), w.memory_.bytes());
   w.place(arena, w.scratch_.data(), w.scratch_.bytes(), shape);
   return w;

@@ -150,6 +150,8 @@ class DeviceWeights {
   // Expands layer i's packed Linears into the scratch (enqueued on `stream`); nothing when none.
   void dequantize(std::int64_t layer, cudaStream_t stream) const;
   const Sizes& sizes() const { return sizes_; }
+  // The resident block (sizes().resident bytes on the device; padding between tensors zero).
+  const std::byte* block() const { return memory_.data(); }
 
   __nv_bfloat16* embed = nullptr;       // (V, H)
   __nv_bfloat16* final_norm = nullptr;  // (H)
