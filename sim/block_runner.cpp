@@ -52,7 +52,14 @@ struct Stack {
 struct StackPool {
   std::vector<Stack> free;
   ~StackPool() {
-    for (Stack& s : free) munmap(s.base, kStackBytes + std::size_t(getpagesize()));
+    for (Stack& s : free) {
+#if LT_SIM_ASAN
+      // The shadow outlives the mapping: clear it, or a later mapping at this address (a
+      // checkpoint's pages) would inherit the redzones.
+      ASAN_UNPOISON_MEMORY_REGION(s.bottom(), kStackBytes);
+#endif
+      munmap(s.base, kStackBytes + std::size_t(getpagesize()));
+    }
   }
   Stack take() {
     if (!free.empty()) {

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Sanitizer job (CI runs it from tools/run_tests.sh; docs/TESTING.md explains it):
-#  1. a CPU-only build with AddressSanitizer + UBSan (LAYERTAP_SANITIZE=ON, GCC) in
-#     ${SAN_BUILD_DIR:-build-asan}, and the unit, golden, io, e2e and mpi tests under it;
+#  1. a build with AddressSanitizer + UBSan (LAYERTAP_SANITIZE=ON, GCC) in ${SAN_BUILD_DIR:-build-asan},
+#     whose CUDA backend runs on the simulated GPU (LAYERTAP_CUDA_SIM=ON, when the CUDA toolkit's
+#     headers are installed), and the unit, golden, io, e2e, mpi and gpu tests under it: ASan then
+#     checks every kernel's memory accesses too;
 #  2. the libFuzzer build (LAYERTAP_FUZZ=ON, clang) in ${FUZZ_BUILD_DIR:-build-fuzz}: every
 #     committed reproducer (fuzz/regressions/) and seed (fuzz/corpus/) replayed, then each target
-#     fuzzed for ${FUZZ_SECONDS:-60} s (FUZZ_SECONDS=0: replay only).
+#     fuzzed for ${FUZZ_SECONDS:-30} s (FUZZ_SECONDS=0: replay only).
 # Any sanitizer report, failed test or fuzzer crash makes the script exit non-zero (both parts run
-# either way). From scratch on 2 shared cores: about 24 minutes (ASan build 10, unit/golden/io 1,
-# e2e/mpi 9, fuzz build 2, fuzzing 4 x 60 s plus replays). SAN_SKIP_TESTS=1 or SAN_SKIP_FUZZ=1 runs
-# one part only.
+# either way). From scratch on 2 shared cores: about 30 minutes (ASan build 12, unit/golden/io 1,
+# e2e/mpi 9, gpu on the simulated GPU 6, fuzz build 2, fuzzing 4 x 30 s plus replays).
+# SAN_SKIP_TESTS=1 or SAN_SKIP_FUZZ=1 runs one part only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -62,19 +64,28 @@ start=$SECONDS
 # ---- 1. ASan + UBSan build and tests -------------------------------------------------------
 if [ "${SAN_SKIP_TESTS:-0}" != 1 ]; then
   san_build=${SAN_BUILD_DIR:-build-asan}
+  # The simulated GPU needs only the CUDA toolkit's headers (nvcc is not used).
+  sim=OFF
+  [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ] && sim=ON
+  gpu_targets=()
+  [ "$sim" = ON ] && gpu_targets=(gpu_tests)
   # -O1 -g1: what ASan recommends, half the compile time of -O2 -g, line numbers in every report.
   cmake -S . -B "$san_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERTAP_WITH_CUDA=OFF \
-        -DLAYERTAP_SANITIZE=ON -DLAYERTAP_BUILD_TESTS=ON \
+        -DLAYERTAP_CUDA_SIM="$sim" -DLAYERTAP_SANITIZE=ON -DLAYERTAP_BUILD_TESTS=ON \
         -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1"
   # Only what the selected tests run (not the Slurm tests' inputs or the CUDA benchmark).
   if ! cmake --build "$san_build" -j "$jobs" \
-         --target unit_tests golden_tests io_tests layertap test_collectives test_tp_golden; then
+         --target unit_tests golden_tests io_tests layertap test_collectives test_tp_golden "${gpu_targets[@]}"; then
     failed+=("ASan/UBSan build (${san_build})")
     SAN_SKIP_TESTS=1
   fi
   echo "sanitizer build: $((SECONDS - start)) s"
 fi
 if [ "${SAN_SKIP_TESTS:-0}" != 1 ]; then
+  # The CPU labels see a machine without a GPU (the build's CUDA backend runs on the simulated
+  # GPU, whose devices only the gpu-labelled tests ask for: LAYERTAP_SIM_DEVICES=4 in their ctest
+  # environment).
+  export LAYERTAP_SIM_DEVICES=0
   # Labels run: unit, golden, io (under a minute), then e2e (the CLI through the Python
   # scripts, including e2e_distributed/e2e_moe/e2e_resilience/e2e_hostile_inputs under mpirun)
   # and mpi (tests/mpi under mpirun): about 9 minutes on 2 cores, e2e_resilience (RUN_SERIAL)
@@ -91,12 +102,27 @@ if [ "${SAN_SKIP_TESTS:-0}" != 1 ]; then
     failed+=("ASan/UBSan e2e/mpi tests (${san_build})")
   fi
   echo "sanitizer e2e/mpi tests: $((SECONDS - t0)) s"
+  if [ "$sim" = ON ]; then
+    # The GPU tests and the CUDA backend under mpirun, on the simulated GPU. Without
+    # detect_stack_use_after_return: it gives every fiber (every CUDA thread) a fake stack, one
+    # mapping per fiber switch, which makes a kernel test take tens of minutes.
+    t0=$SECONDS
+    if ! ASAN_OPTIONS="${ASAN_OPTIONS/detect_stack_use_after_return=1/detect_stack_use_after_return=0}" \
+         ctest --test-dir "$san_build" --output-on-failure -j "$jobs" -L '^gpu$' -LE '^mpi$'; then
+      failed+=("ASan/UBSan gpu tests on the simulated GPU (${san_build})")
+    fi
+    if ! ASAN_OPTIONS="${asan_mpi/detect_stack_use_after_return=1/detect_stack_use_after_return=0}" \
+         ctest --test-dir "$san_build" --output-on-failure -j "$jobs" -L '^gpu$' -L '^mpi$'; then
+      failed+=("ASan/UBSan gpu tests under mpirun on the simulated GPU (${san_build})")
+    fi
+    echo "sanitizer gpu tests (simulated GPU): $((SECONDS - t0)) s"
+  fi
 fi
 
 # ---- 2. libFuzzer targets ------------------------------------------------------------------
 if [ "${SAN_SKIP_FUZZ:-0}" != 1 ]; then
   fuzz_build=${FUZZ_BUILD_DIR:-build-fuzz}
-  fuzz_seconds=${FUZZ_SECONDS:-60}
+  fuzz_seconds=${FUZZ_SECONDS:-30}
   t0=$SECONDS
   # CC/CXX are read on the first configure of a build directory only.
   CC=clang CXX=clang++ cmake -S . -B "$fuzz_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERTAP_FUZZ=ON

@@ -61,4 +61,15 @@ StateMismatch compare_states(const float* stored, int64_t stride, const float* r
   return worst;
 }
 
+double relative_frobenius(const float* stored, int64_t stride, const float* recomputed, int64_t rows, int64_t n) {
+  double diff = 0, ref = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const double s = stored[r * stride + c], w = recomputed[r * n + c];
+      diff += (s - w) * (s - w);
+      ref += w * w;
+    }
+  return ref > 0 ? std::sqrt(diff / ref) : std::sqrt(diff);
+}
+
 }  // namespace layertap

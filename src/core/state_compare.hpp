@@ -27,4 +27,13 @@ StateMismatch compare_states(const float* stored, int64_t stride, const float* r
 
 inline constexpr double kFloorOfRowMedian = 1e-4;
 
+// States a bf16 backend (cuda) computed, against the float32 computation: every rounding point of a
+// bf16 forward moves values by up to 2^-8, which accumulates along the residual stream, so they
+// are held per sample and capture point to a relative Frobenius error, ||stored - recomputed|| /
+// ||recomputed||, of at most kBf16ForwardBound (docs/GPU.md, "Tolerances": 2.5x the worst of a
+// host emulation of the GPU's rounding points on the fixtures). A shifted layer or token is off by
+// 1e-1 and more.
+inline constexpr double kBf16ForwardBound = 5e-2;
+double relative_frobenius(const float* stored, int64_t stride, const float* recomputed, int64_t rows, int64_t n);
+
 }  // namespace layertap

@@ -66,6 +66,10 @@ Manifest read_manifest(const fs::path& dir) {
   LT_CHECK(m.storage_dtype == "bfloat16" || m.storage_dtype == "float32" || m.storage_dtype == "float8_e4m3fn",
            path.string(), ": storage_dtype '", excerpt(m.storage_dtype),
            "' is not bfloat16, float32 or float8_e4m3fn");
+  m.backend = m.raw.contains("run") ? JsonFields(m.raw["run"], path.string() + " (run)").string_or("backend", "cpu")
+                                    : std::string("cpu");
+  LT_CHECK(m.backend == "cpu" || m.backend == "cuda", path.string(), ": run.backend '", excerpt(m.backend),
+           "' is not cpu or cuda");
   const std::string compression = top.string_or("compression", "none");
   try {
     m.compression = compression_name(parse_compression(compression));

@@ -23,6 +23,7 @@ struct Manifest {
   int64_t format_version = 0;
   bool complete = false;
   std::string storage_dtype;  // "bfloat16", "float32" or "float8_e4m3fn"
+  std::string backend;        // run.backend: "cpu" or "cuda" ("cpu" when absent)
   std::string compression;    // canonical: "none", "lz4", "zstd:<level>", "gzip:<level>" (absent before: "none")
   std::string model_dir, architecture, config_sha256, weights_fingerprint;
   int64_t num_layers = 0, hidden_size = 0, vocab_size = 0;
