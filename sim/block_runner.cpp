@@ -1,12 +1,11 @@
 // Kernel execution on the simulated GPU: the launch checks, then each block of the grid (in a
 // random order) with every CUDA thread as a fiber (Boost.Context's fcontext switches, annotated
-// for AddressSanitizer). A fiber runs until it reaches a barrier or a warp collective, or ends;
-// the block's scheduler then resumes the runnable fibers in a fresh random order, releases a
-// warp whose lanes have all arrived at their collective (computing it for all of them at once)
-// and the block when all its live threads wait at __syncthreads. So a missing barrier lets one
-// warp overwrite shared memory that another has not read yet, and results change. Misuse (a
-// collective whose lanes disagree or have exited, a barrier only some threads reach) is a
-// device fault naming the kernel.
+// for AddressSanitizer). A fiber runs until it reaches a barrier or a warp collective, or ends.
+// Between two barriers the block's scheduler runs one warp at a time, in a random warp order, to
+// its next __syncthreads: its lanes in a fresh random order, its collectives computed for all its
+// lanes at once when they have all arrived. So a missing barrier lets one warp overwrite shared
+// memory that another has not read yet, and results change. Misuse (a collective whose lanes
+// disagree or have exited, a barrier only some threads reach) is a device fault naming the kernel.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -22,7 +21,10 @@
 #include "sim/kernel_launch.hpp"
 #include "sim/simulator.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
+// LAYERTAP_SIM_ASAN (sanitizer builds, sim/CMakeLists.txt): this file itself is compiled without
+// AddressSanitizer's instrumentation (the scheduler is most of the simulator's time), but the
+// process runs under it, so fiber switches and reused stacks are announced to it.
+#if defined(LAYERTAP_SIM_ASAN)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define LT_SIM_ASAN 1
@@ -56,7 +58,7 @@ struct StackPool {
 #if LT_SIM_ASAN
       // The shadow outlives the mapping: clear it, or a later mapping at this address (a
       // checkpoint's pages) would inherit the redzones.
-      ASAN_UNPOISON_MEMORY_REGION(s.bottom(), kStackBytes);
+      __asan_unpoison_memory_region(s.bottom(), kStackBytes);
 #endif
       munmap(s.base, kStackBytes + std::size_t(getpagesize()));
     }
@@ -70,7 +72,7 @@ struct StackPool {
       // their redzones before reuse. Deeper frames returned and cleared their own.
       if (s.deepest_live != nullptr) {
         std::byte* from = std::max(s.bottom(), s.deepest_live - 4096);
-        ASAN_UNPOISON_MEMORY_REGION(from, std::size_t(s.top() - from));
+        __asan_unpoison_memory_region(from, std::size_t(s.top() - from));
       }
 #endif
       return s;
@@ -272,11 +274,11 @@ std::string compute_ldmatrix(Lane* lanes) {
   return {};
 }
 
-// Releases every warp whose lanes have all arrived at one collective; false when none did.
-bool resolve_warps(Block& b) {
-  bool progress = false;
+// Completes warp `w0 / 32`'s collective when all the lanes of its mask have arrived at it; false
+// when it cannot complete yet (or is misused: b.error says how).
+bool resolve_warp(Block& b, int w0) {
   const int n = int(b.lanes.size());
-  for (int w0 = 0; w0 < n && b.error.empty(); w0 += 32) {
+  {
     Lane* warp = &b.lanes[std::size_t(w0)];
     const int size = std::min(32, n - w0);
     int first = -1;
@@ -286,7 +288,7 @@ bool resolve_warps(Block& b) {
         break;
       }
     }
-    if (first < 0) continue;
+    if (first < 0) return false;
     const WarpOp op = warp[first].op;
     const unsigned mask = warp[first].mask;
     const std::string where = std::string(op_name(op)) + " in warp " + std::to_string(w0 / 32);
@@ -310,7 +312,7 @@ bool resolve_warps(Block& b) {
         return false;
       }
     }
-    if (!ready) continue;
+    if (!ready) return false;
     if ((op == WarpOp::mma || op == WarpOp::ldmatrix) && (mask != 0xffffffffu || size != 32)) {
       b.error = where + ": needs all 32 lanes";
       return false;
@@ -348,9 +350,8 @@ bool resolve_warps(Block& b) {
     }
     for (int l = 0; l < size; ++l)
       if ((mask >> l & 1u) != 0) warp[l].state = State::runnable;
-    progress = true;
   }
-  return progress;
+  return true;
 }
 
 std::string dims(dim3 d) { return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")"; }
@@ -373,19 +374,32 @@ std::string run_block(const KernelLaunch& l, uint3 block_idx, std::uint64_t& rng
     lane.fiber = bc::make_fcontext(lane.stack.top(), kStackBytes, lane_main);
   }
   current_block = &b;
-  std::vector<std::size_t> order;
-  order.reserve(n);
+  // Between two barriers, one warp at a time, chosen at random, runs until all its live lanes
+  // wait at __syncthreads (its lanes in a fresh random order after each of its collectives). Warps
+  // drift as far apart as CUDA allows, so shared memory that a barrier should have protected is
+  // overwritten before another warp reads it.
+  const std::size_t warps = (n + 31) / 32;
+  std::vector<std::size_t> order, pending;
+  order.reserve(32);
   for (;;) {
-    order.clear();
-    for (std::size_t i = 0; i < n; ++i)
-      if (b.lanes[i].state == State::runnable) order.push_back(i);
-    for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next_random(rng) % i]);
-    for (std::size_t i : order) {
-      resume(b, b.lanes[i]);
+    pending.clear();
+    for (std::size_t w = 0; w < warps; ++w) pending.push_back(w);
+    for (std::size_t i = pending.size(); i > 1; --i) std::swap(pending[i - 1], pending[next_random(rng) % i]);
+    for (const std::size_t w : pending) {
+      const std::size_t lo = w * 32, hi = std::min(n, lo + 32);
+      for (;;) {
+        order.clear();
+        for (std::size_t i = lo; i < hi; ++i)
+          if (b.lanes[i].state == State::runnable) order.push_back(i);
+        for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next_random(rng) % i]);
+        for (std::size_t i : order) {
+          resume(b, b.lanes[i]);
+          if (!b.error.empty()) break;
+        }
+        if (!b.error.empty() || !resolve_warp(b, int(lo))) break;
+      }
       if (!b.error.empty()) break;
     }
-    if (!b.error.empty()) break;
-    if (resolve_warps(b)) continue;
     if (!b.error.empty()) break;
     std::size_t live = 0, waiting = 0;
     for (const Lane& lane : b.lanes) {
@@ -399,10 +413,8 @@ std::string run_block(const KernelLaunch& l, uint3 block_idx, std::uint64_t& rng
       continue;
     }
     // Some threads wait at __syncthreads, others at a warp collective that can never complete.
-    std::size_t at_warp = 0;
-    for (const Lane& lane : b.lanes) at_warp += lane.state == State::at_warp;
     b.error = "deadlock: " + std::to_string(waiting) + " thread(s) wait at __syncthreads and " +
-              std::to_string(at_warp) + " at a warp collective whose other lanes never arrive";
+              std::to_string(live - waiting) + " at a warp collective whose other lanes never arrive";
     break;
   }
   current_block = nullptr;

@@ -305,9 +305,12 @@ struct EventState {
 };
 
 namespace {
+// Until the record `gen` has run, or the event's device has faulted (its queued work, the record
+// included, is then skipped, and the waiter gets the fault).
 void wait_event_state(EventState& e, std::uint64_t gen) {
   std::unique_lock lock(e.m);
-  e.cv.wait(lock, [&] { return e.completed >= gen; });
+  while (!e.cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return e.completed >= gen; }))
+    if (device(e.device).sticky.load() != cudaSuccess) return;
 }
 }  // namespace
 

@@ -21,6 +21,9 @@
 #include "kernels/device_info.hpp"
 #include "kernels/random_fill.cuh"
 #include "model/capture.hpp"
+#if defined(LAYERTAP_CUDA_SIM)
+#include "sim/sim.hpp"
+#endif
 
 namespace layertap {
 
@@ -173,7 +176,8 @@ std::string bench_usage() {
          "expert load on this rank, and (with --tp-shard N) the N-GPU group's projected tokens/s.\n\n"
          "  --synthetic NAME      llama3-8b (default), llama3-70b, qwen3-8b, tiny (dense); kimi-k2.5 (MLA, MoE,\n"
          "                        INT4 experts), deepseek-v3 (MLA, MoE, FP8), qwen3-30b-a3b (MoE),\n"
-         "                        tiny-moe (MLA, MoE, INT4; seconds)\n"
+         "                        tiny-moe (MLA, MoE, INT4; seconds), kimi-k2.5-mini (Kimi-K2.5's experts\n"
+         "                        and top-k at width 256: the simulated GPU's counts per forward)\n"
          "  --tp-shard N          run one rank's share of an N-GPU tensor-parallel group (default 1);\n"
          "                        its all-reduces are modelled from --bus-gbs, not run\n"
          "  --tp-rank R           which rank's share (default 0: it holds the hottest Zipf experts)\n"
@@ -221,6 +225,27 @@ const char* kKimiK25 = R"json({
     "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
                "re:.*lm_head.*"],
     "kv_cache_scheme": null}
+})json";
+
+// Kimi-K2.5's layout (384 experts, top 8, one shared, the first layer dense, MLA, INT4 groups of
+// 32) at a small width, for the simulated GPU: its counts of launches and waits per forward are
+// those of the real model, its sizes are not.
+const char* kKimiK25Mini = R"json({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+  "moe_intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+  "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1,
+  "first_k_dense_replace": 1, "moe_layer_freq": 1, "routed_scaling_factor": 2.827, "norm_topk_prob": true,
+  "topk_method": "noaux_tc", "scoring_func": "sigmoid", "q_lora_rank": 128, "kv_lora_rank": 128,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 1000,
+  "max_position_embeddings": 262144, "rms_norm_eps": 1e-5, "rope_theta": 50000.0,
+  "rope_scaling": {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                   "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+  "hidden_act": "silu", "torch_dtype": "bfloat16",
+  "quantization_config": {
+    "quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"],
+      "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32}}},
+    "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]}
 })json";
 
 const char* kDeepseekV3 = R"json({
@@ -278,13 +303,14 @@ std::string with_layers(std::string json, std::int64_t layers) {
 }  // namespace
 
 std::vector<std::string> synthetic_model_names() {
-  return {"llama3-8b", "llama3-70b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe"};
+  return {"llama3-8b", "llama3-70b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe",
+          "kimi-k2.5-mini"};
 }
 
 ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers) {
   LT_CHECK(layers >= 0, "bench: --layers must be positive");
   const std::map<std::string, const char*> json = {
-      {"kimi-k2.5", kKimiK25}, {"deepseek-v3", kDeepseekV3}, {"qwen3-30b-a3b", kQwen3_30B_A3B}, {"tiny-moe", kTinyMoe}};
+      {"kimi-k2.5", kKimiK25}, {"deepseek-v3", kDeepseekV3}, {"qwen3-30b-a3b", kQwen3_30B_A3B}, {"tiny-moe", kTinyMoe}, {"kimi-k2.5-mini", kKimiK25Mini}};
   if (const auto it = json.find(name); it != json.end()) {
     const std::string text = layers > 0 ? with_layers(it->second, layers) : std::string(it->second);
     return parse_model_config(text, "synthetic " + name);
@@ -434,6 +460,27 @@ double mean_of(const std::vector<double>& v) {
 
 }  // namespace
 
+// The simulated GPU (LAYERTAP_CUDA_SIM builds) counts what one forward does: exact on any machine,
+// the structure the performance work cuts (launches, cuBLASLt calls, host waits).
+void print_simulated_counts(std::ostream& out, const std::string& what, const std::function<void()>& forward) {
+#if defined(LAYERTAP_CUDA_SIM)
+  int device = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&device));
+  const sim::Counters a = sim::counters(device);
+  forward();
+  const sim::Counters b = sim::counters(device);
+  out << "simulated GPU, one forward (" << what << "): " << b.kernel_launches - a.kernel_launches
+      << " kernel launches, " << b.matmuls - a.matmuls << " cuBLASLt matmuls, " << b.all_reduces - a.all_reduces
+      << " NCCL all-reduces, " << b.host_syncs - a.host_syncs << " host synchronisations, " << b.copies - a.copies
+      << " copies and memsets; device memory " << fixed(double(b.device_bytes) / 1048576.0, 1) << " MiB allocated (peak "
+      << fixed(double(b.peak_device_bytes) / 1048576.0, 1) << " MiB)\n";
+#else
+  (void)out;
+  (void)what;
+  (void)forward;
+#endif
+}
+
 int run_bench(const BenchOptions& o, std::ostream& out) {
   const int devices = cuda::visible_device_count();
   LT_CHECK(devices > o.device, "bench: GPU ", o.device, " is not visible (", devices, " CUDA device(s))");
@@ -516,6 +563,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
         plain();
         captured();
       }
+      print_simulated_counts(out, cat("T=", T, ", with capture"), captured);
       std::vector<double> t_plain, t_captured;
       for (int i = 0; i < o.iters; ++i) {  // interleaved: drift in clocks affects both modes alike
         t_plain.push_back(seconds_of(plain));
@@ -574,6 +622,8 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
         plain();
         captured();
       }
+      print_simulated_counts(out, cat(routing, " routing, T=", T, ", with capture; the group's all-reduces are modelled"),
+                             captured);
       std::fill(layer_sum.begin(), layer_sum.end(), 0.0);
       comm.calls = 0;
       std::vector<double> t_plain, t_captured;
