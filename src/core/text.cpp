@@ -1,5 +1,6 @@
 #include "core/text.hpp"
 
+#include <ctime>
 #include <iterator>
 #include <sstream>
 
@@ -38,6 +39,15 @@ std::string fixed(double v, int digits) {
 std::string excerpt(std::string_view s, std::size_t max_chars) {
   if (s.size() <= max_chars) return std::string(s);
   return std::string(s.substr(0, max_chars)) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+std::string utc_timestamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buf;
 }
 
 }  // namespace layertap

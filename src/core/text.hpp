@@ -9,6 +9,9 @@ namespace layertap {
 // "1.5 GiB", "312.0 KiB", "17 B"
 std::string human_bytes(int64_t bytes);
 
+// The current time in UTC, ISO 8601 to the second: "2026-12-02T06:15:22Z".
+std::string utc_timestamp();
+
 // `value` in decimal, left-padded with zeros to at least `width` digits: zero_pad(7, 5) = "00007".
 std::string zero_pad(int64_t value, int width);
 

@@ -22,12 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 int flock_retrying(int fd, int op) {
   int rc;
@@ -97,7 +91,7 @@ OutputLock OutputLock::exclusive(const fs::path& dir) {
   ::gethostname(host, sizeof host - 1);
   const char* job = std::getenv("SLURM_JOB_ID");
   const std::string record =
-      json{{"host", host}, {"pid", int64_t(::getpid())}, {"slurm_job_id", job ? job : ""}, {"started", utc_now()}}
+      json{{"host", host}, {"pid", int64_t(::getpid())}, {"slurm_job_id", job ? job : ""}, {"started", utc_timestamp()}}
           .dump() +
       "\n";
   // The record is for messages only: a failure to write it leaves the lock held and is no error.

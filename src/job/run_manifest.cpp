@@ -18,13 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan,
@@ -131,7 +124,7 @@ void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const Captu
   m["totals"] = {{"samples", written_samples}, {"tokens", written_tokens}, {"bytes", bytes}};
   m["run"] = {{"command", o.command},
               {"layertap_version", LAYERTAP_VERSION},
-              {"created", utc_now()},
+              {"created", utc_timestamp()},
               {"backend", backend_name},
               {"world_size", world.world_size},
               {"tp", world.tp},
