@@ -24,7 +24,8 @@
 #
 # Launch: srun --mpi=pmix --distribution=block (ranks numbered node by node, so TP consecutive
 # ranks share a node). Every task sees all GPUs of its node and layertap picks the device of its
-# local rank (SLURM_LOCALID), so do not add --gpu-bind or --gpus-per-task.
+# local rank; with --gpus-per-task=1 (or --gpu-bind=single:1, closest) each task sees and uses one.
+# The node's ranks compare PCI bus ids: two on one GPU are refused, naming both.
 #
 # Time limit and requeue: layertap always gets --resume, so a (re)started job keeps the complete
 # shards already in OUT and computes the rest (a fresh OUT simply starts, a complete one exits 0 at

@@ -20,8 +20,10 @@
 #   LAYERTAP          the binary (default: layertap on PATH, else ./build/src/cli/layertap)
 #
 # Launch: srun --mpi=pmix (Slurm starts the Open MPI ranks itself; no mpirun). Every task sees
-# all GPUs of the node and layertap picks the device of its local rank (SLURM_LOCALID), so do not
-# add --gpu-bind or --gpus-per-task. The world is split into world/TP groups of TP consecutive ranks.
+# all GPUs of the node and layertap picks the device of its local rank; with --gpus-per-task=1,
+# --gpu-bind=single:1 or a site default of --gpu-bind=closest each task sees one GPU and uses it.
+# Either way the node's ranks compare their GPUs' PCI bus ids and two on one GPU are refused.
+# The world is split into world/TP groups of TP consecutive ranks.
 #
 # Time limit and requeue: layertap always gets --resume, so a (re)started job keeps the complete
 # shards already in OUT and computes the rest (a fresh OUT simply starts, a complete one exits 0 at

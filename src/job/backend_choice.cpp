@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "backend/cpu/cpu_backend.hpp"
@@ -41,6 +42,44 @@ std::pair<int, int> local_rank_and_size() {
   MPI_Comm_free(&node);
   return {local_rank, local_size};
 }
+
+#ifdef LAYERTAP_HAVE_CUDA
+// Selects this rank's GPU (cuda::rank_device) and checks, with the other ranks of its node, that no
+// two of them share one: their PCI bus ids are compared, whatever each process sees of the node's
+// GPUs (all of them, or one each under Slurm's GPU binding). Collective over the node's ranks.
+void select_rank_gpu() {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm node = MPI_COMM_NULL;
+  LT_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node) == MPI_SUCCESS,
+           "MPI_Comm_split_type failed");
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  std::array<char, 32> mine{};
+  std::string error;
+  try {
+    const int device = cuda::rank_device(local_rank, cuda::visible_device_count());
+    cuda::select_device(device);
+    const std::string id = cuda::pci_bus_id(device);
+    std::copy_n(id.begin(), std::min(id.size(), mine.size() - 1), mine.begin());
+  } catch (const Error& e) {
+    error = e.what();  // reported after the gather, which every rank of the node must reach
+  }
+  std::vector<char> all(mine.size() * std::size_t(local_size));
+  const int rc = MPI_Allgather(mine.data(), int(mine.size()), MPI_CHAR, all.data(), int(mine.size()), MPI_CHAR, node);
+  MPI_Comm_free(&node);
+  LT_CHECK(rc == MPI_SUCCESS, "MPI_Allgather of the node's GPU bus ids failed");
+  if (!error.empty()) LT_FAIL(error);
+  std::vector<std::string> ids;
+  for (int r = 0; r < local_size; ++r) ids.emplace_back(all.data() + std::size_t(r) * mine.size());
+  for (const std::string& id : ids)
+    LT_CHECK(!id.empty(), "another rank of this node found no GPU (it says why)");
+  const std::string clash = cuda::shared_gpu(ids);
+  LT_CHECK(clash.empty(), clash, ": start one rank per GPU (", local_size,
+           " ranks on this node; each sees CUDA_VISIBLE_DEVICES' GPUs, all of the node's or one per task)");
+}
+#endif
 
 // A host plan: named parts and their sum.
 struct HostPlan {
@@ -101,8 +140,7 @@ std::size_t planned_device_bytes(const RankLoad& load) {
              "pass it (e.g. --gpu-memory 80)");
     return limit;
   }
-  const auto [local_rank, local_size] = local_rank_and_size();
-  cuda::select_device(cuda::local_rank_device(local_rank, local_size));
+  cuda::select_device(cuda::rank_device(local_rank_and_size().first, cuda::visible_device_count()));
   std::size_t free_bytes = 0, total_bytes = 0;
   LT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return limit > 0 ? std::min(limit, free_bytes) : free_bytes;
@@ -197,8 +235,7 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
                                       const TpShard& shard, MpiGroups& groups, const RankLoad& load) {
 #ifdef LAYERTAP_HAVE_CUDA
   if (backend == "cuda") {
-    const auto [local_rank, local_size] = local_rank_and_size();
-    cuda::select_device(cuda::local_rank_device(local_rank, local_size));  // before NCCL and any allocation
+    select_rank_gpu();  // before NCCL and any allocation
     std::unique_ptr<DeviceAllReduce> comm;
     if (shard.size == 1)
       comm = std::make_unique<SoloDeviceAllReduce>();

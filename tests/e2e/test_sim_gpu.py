@@ -10,7 +10,9 @@ processes) on its own simulated device, and the output is checked as a user woul
   finite and `verify --samples 0` accepts the shards; qwen3_moe is also recomputed (its routing
   has no near-ties a bf16 forward flips; deepseek_v3's and kimi's random fixtures have, see
   docs/GPU.md "Tolerances");
-- a world of more ranks per node than simulated GPUs is refused on every rank, naming the count.
+- GPU binding: one GPU per task (each rank its own CUDA_VISIBLE_DEVICES, as Slurm's
+  --gpus-per-task=1 sets it) runs; two tasks bound to one GPU, or more ranks than GPUs, are
+  refused on every rank naming both local ranks and the GPU's PCI bus id.
 """
 import argparse
 import json
@@ -97,11 +99,34 @@ class SimulatedGpu(unittest.TestCase):
                 r = verify(out, -1 if recompute else 0)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
+    def mpmd(self, out, visible):
+        """np = len(visible) ranks, rank i with CUDA_VISIBLE_DEVICES=visible[i] (Slurm's per-task binding)."""
+        cmd = [ARGS.mpirun, "--oversubscribe"]
+        for i, v in enumerate(visible):
+            cmd += [":"] if i else []
+            cmd += ["-np", "1", "-x", f"CUDA_VISIBLE_DEVICES={v}", ARGS.layertap, "extract", "--model",
+                    Path(ARGS.fixtures) / "models" / "llama_tp", "--data", Path(ARGS.fixtures) / "data" / "golden.jsonl",
+                    "--out", out, "--capture", "eagle3", "--log-level", "warning", "--backend", "cuda", "--tp", "2"]
+        return subprocess.run(list(map(str, cmd)), env=ENV, capture_output=True, text=True, timeout=600)
+
+    def test_one_gpu_per_task_runs(self):
+        out = self.tmp / "per-task"
+        r = self.mpmd(out, ["1", "2"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(verify(out, -1).returncode, 0)
+
+    def test_two_tasks_on_one_gpu_are_refused(self):
+        out = self.tmp / "shared-gpu"
+        r = self.mpmd(out, ["3", "3"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("local ranks 0 and 1 would share the GPU at 0000:13:00.0", r.stdout + r.stderr)
+        self.assertFalse((out / "manifest.json").exists())
+
     def test_more_ranks_than_gpus_is_refused(self):
         env = dict(ENV, LAYERTAP_SIM_DEVICES="2")
         r = extract(self.tmp / "too-many", "llama_tp", 4, "--backend", "cuda", "--tp", "2", env=env)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("GPU", r.stdout + r.stderr)
+        self.assertIn("local ranks 0 and 2 would share the GPU", r.stdout + r.stderr)
         self.assertFalse((self.tmp / "too-many" / "manifest.json").exists())
 
 

@@ -144,12 +144,20 @@ void devices_and_names() {
   check(cuda::parse_attention_kernel("flash") == cuda::AttentionKernel::Flash &&
             std::string(cuda::attention_kernel_name(cuda::AttentionKernel::Reference)) == "reference",
         "attention kernel names");
-  check_throws("local rank outside the node", [] { (void)cuda::local_rank_device(2, 2); }, "outside");
-  if (cuda::visible_device_count() == 0) {
-    check_throws("device selection without a GPU", [] { (void)cuda::local_rank_device(0, 1); }, "no CUDA device");
-  } else {
-    check_throws("more ranks than GPUs", [] { (void)cuda::local_rank_device(0, 4096); }, "visible GPU");
-  }
+  // The device rule under every GPU binding: all 8 visible (device = local rank), one visible per
+  // task (Slurm --gpus-per-task=1: that one), 2 of 4 visible (local rank mod 2).
+  bool rule = true;
+  for (int r = 0; r < 8; ++r) rule &= cuda::rank_device(r, 8) == r && cuda::rank_device(r, 1) == 0;
+  for (int r = 0; r < 4; ++r) rule &= cuda::rank_device(r, 2) == r % 2;
+  check(rule, "rank_device: local rank with every GPU visible, the one GPU with one visible, else mod");
+  check_throws("device selection without a GPU", [] { (void)cuda::rank_device(0, 0); }, "no CUDA device");
+  check_throws("a negative local rank", [] { (void)cuda::rank_device(-1, 8); }, "negative");
+  // Sharing is told by PCI bus ids: one GPU per task (each its own) passes, two tasks bound to one
+  // GPU (or 4 ranks on 2 GPUs) are named.
+  check(cuda::shared_gpu({"0000:1b:00.0", "0000:2c:00.0", "0000:9d:00.0"}).empty(), "distinct bus ids share nothing");
+  check(cuda::shared_gpu({"0000:1b:00.0", "0000:2c:00.0", "0000:1b:00.0"}) ==
+            "local ranks 0 and 2 would share the GPU at 0000:1b:00.0",
+        "a shared bus id names both local ranks and the GPU");
 }
 
 }  // namespace

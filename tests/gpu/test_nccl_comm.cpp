@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   }
   std::int64_t errors = 0;
   try {
-    layertap::cuda::select_device(layertap::cuda::local_rank_device(local_rank, local_size));
+    layertap::cuda::select_device(layertap::cuda::rank_device(local_rank, layertap::cuda::visible_device_count()));
     errors = run(rank, size);
   } catch (const std::exception& e) {
     std::printf("FAIL rank %d: %s\n", rank, e.what());

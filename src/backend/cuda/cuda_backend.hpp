@@ -28,7 +28,7 @@ namespace layertap::cuda {
 
 class CudaBackend final : public Backend {
  public:
-  // The model on the current device (select it first, e.g. select_device(local_rank_device(...))),
+  // The model on the current device (select it first, e.g. select_device(rank_device(...))),
   // from this rank's float32 host slices: load_weights(ckpt, config, TpShard{comm.rank(), comm.size()}).
   // The host weights may be dropped afterwards. Throws layertap::Error, before allocating, when
   // weights + workspace do not fit in the device's free memory (see check_fits).

@@ -18,14 +18,25 @@ int visible_device_count() {
   return count;
 }
 
-int local_rank_device(int local_rank, int local_size) {
-  LT_CHECK(local_rank >= 0 && local_rank < local_size, "local rank ", local_rank, " is outside 0..", local_size - 1);
-  const int count = visible_device_count();
-  LT_CHECK(count > 0, "no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES, driver?); use "
-                      "--backend cpu to run without a GPU");
-  LT_CHECK(local_size <= count, local_size, " ranks on this node but only ", count,
-           " visible GPU(s): start at most one rank per GPU (CUDA_VISIBLE_DEVICES limits the GPUs seen)");
-  return local_rank;
+int rank_device(int local_rank, int visible) {
+  LT_CHECK(local_rank >= 0, "local rank ", local_rank, " is negative");
+  LT_CHECK(visible > 0, "no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES, driver?); use "
+                        "--backend cpu to run without a GPU");
+  return local_rank % visible;
+}
+
+std::string shared_gpu(const std::vector<std::string>& bus_ids) {
+  for (std::size_t a = 0; a < bus_ids.size(); ++a)
+    for (std::size_t b = a + 1; b < bus_ids.size(); ++b)
+      if (bus_ids[a] == bus_ids[b])
+        return cat("local ranks ", a, " and ", b, " would share the GPU at ", bus_ids[a]);
+  return "";
+}
+
+std::string pci_bus_id(int device) {
+  char id[32] = {};
+  LT_CUDA_CHECK(cudaDeviceGetPCIBusId(id, int(sizeof id), device));
+  return id;
 }
 
 void select_device(int device) { LT_CUDA_CHECK(cudaSetDevice(device)); }
