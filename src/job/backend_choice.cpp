@@ -134,13 +134,16 @@ HostPlan cuda_host_plan(const ModelConfig& cfg, const TpShard& shard, const Rank
 
 // The device memory this rank plans for: --gpu-memory, capped by the free memory of a GPU here.
 std::size_t planned_device_bytes(const RankLoad& load) {
+  // First, on every rank: the node split is a world collective, and a rank without a GPU (a login
+  // node beside GPU nodes) returns below.
+  const int local_rank = local_rank_and_size().first;
   const std::size_t limit = std::size_t(load.gpu_memory_gib * double(int64_t(1) << 30));
   if (cuda::visible_device_count() == 0) {
     LT_CHECK(limit > 0, "--backend cuda on a machine without a GPU plans for a card of --gpu-memory GiB; "
              "pass it (e.g. --gpu-memory 80)");
     return limit;
   }
-  cuda::select_device(cuda::rank_device(local_rank_and_size().first, cuda::visible_device_count()));
+  cuda::select_device(cuda::rank_device(local_rank, cuda::visible_device_count()));
   std::size_t free_bytes = 0, total_bytes = 0;
   LT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return limit > 0 ? std::min(limit, free_bytes) : free_bytes;

@@ -99,15 +99,23 @@ class SimulatedGpu(unittest.TestCase):
                 r = verify(out, -1 if recompute else 0)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
-    def mpmd(self, out, visible):
-        """np = len(visible) ranks, rank i with CUDA_VISIBLE_DEVICES=visible[i] (Slurm's per-task binding)."""
+    def mpmd(self, out, visible, *extra, var="CUDA_VISIBLE_DEVICES"):
+        """np = len(visible) ranks, rank i with var=visible[i] (CUDA_VISIBLE_DEVICES: Slurm's per-task binding)."""
         cmd = [ARGS.mpirun, "--oversubscribe"]
         for i, v in enumerate(visible):
             cmd += [":"] if i else []
-            cmd += ["-np", "1", "-x", f"CUDA_VISIBLE_DEVICES={v}", ARGS.layertap, "extract", "--model",
+            cmd += ["-np", "1", "-x", f"{var}={v}", ARGS.layertap, "extract", "--model",
                     Path(ARGS.fixtures) / "models" / "llama_tp", "--data", Path(ARGS.fixtures) / "data" / "golden.jsonl",
-                    "--out", out, "--capture", "eagle3", "--log-level", "warning", "--backend", "cuda", "--tp", "2"]
+                    "--out", out, "--capture", "eagle3", "--log-level", "warning", "--backend", "cuda", "--tp", "2",
+                    *extra]
         return subprocess.run(list(map(str, cmd)), env=ENV, capture_output=True, text=True, timeout=600)
+
+    def test_dry_run_across_gpu_and_gpuless_ranks(self):
+        # One rank sees GPUs, the other none (a GPU node beside a login node): the plan's node
+        # split is collective, so both must reach it; this hung before.
+        r = self.mpmd(self.tmp / "mixed-dry", ["4", "0"], "--dry-run", "--gpu-memory", "1", var="LAYERTAP_SIM_DEVICES")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("a real run would start", r.stdout)
 
     def test_one_gpu_per_task_runs(self):
         out = self.tmp / "per-task"
