@@ -230,10 +230,12 @@ LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOp
     sample_memory();
     for (std::byte* s : slots) target.free_slot(s);
   };
-  std::vector<std::thread> threads;
+  // jthread: a thread that fails to start throws here, and the ones already started are joined
+  // as the vector unwinds (a joinable std::thread would terminate the process).
+  std::vector<std::jthread> threads;
   for (int t = 1; t < o.threads; ++t) threads.emplace_back(worker, t);
   worker(0);
-  for (std::thread& th : threads) th.join();
+  for (std::jthread& th : threads) th.join();
   if (error) std::rethrow_exception(error);
   LoadStats stats;
   stats.bytes_read = plan.read_bytes;
