@@ -6,10 +6,10 @@
 #     checks every kernel's memory accesses too;
 #  2. the libFuzzer build (LAYERTAP_FUZZ=ON, clang) in ${FUZZ_BUILD_DIR:-build-fuzz}: every
 #     committed reproducer (fuzz/regressions/) and seed (fuzz/corpus/) replayed, then each target
-#     fuzzed for ${FUZZ_SECONDS:-30} s (FUZZ_SECONDS=0: replay only).
+#     fuzzed for ${FUZZ_SECONDS:-15} s (FUZZ_SECONDS=0: replay only).
 # Any sanitizer report, failed test or fuzzer crash makes the script exit non-zero (both parts run
-# either way). From scratch on 2 shared cores: about 30 minutes (ASan build 12, unit/golden/io 1,
-# e2e/mpi 9, gpu on the simulated GPU 6, fuzz build 2, fuzzing 4 x 30 s plus replays).
+# either way). From scratch on 2 shared cores: about 30 minutes (ASan build 6, unit/golden/io 1,
+# e2e/mpi 13, gpu on the simulated GPU 6, fuzz build 2, fuzzing 4 x 15 s plus replays).
 # SAN_SKIP_TESTS=1 or SAN_SKIP_FUZZ=1 runs one part only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -122,7 +122,7 @@ fi
 # ---- 2. libFuzzer targets ------------------------------------------------------------------
 if [ "${SAN_SKIP_FUZZ:-0}" != 1 ]; then
   fuzz_build=${FUZZ_BUILD_DIR:-build-fuzz}
-  fuzz_seconds=${FUZZ_SECONDS:-30}
+  fuzz_seconds=${FUZZ_SECONDS:-15}
   t0=$SECONDS
   # CC/CXX are read on the first configure of a build directory only.
   CC=clang CXX=clang++ cmake -S . -B "$fuzz_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERTAP_FUZZ=ON
