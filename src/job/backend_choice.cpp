@@ -29,13 +29,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// This rank's position among the ranks of its node (an MPI shared-memory split).
-std::pair<int, int> local_rank_and_size() {
+// The ranks of this rank's node (an MPI shared-memory split; collective over the world). The
+// caller frees it.
+MPI_Comm node_comm() {
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm node = MPI_COMM_NULL;
   LT_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node) == MPI_SUCCESS,
            "MPI_Comm_split_type failed");
+  return node;
+}
+
+// This rank's position among the ranks of its node.
+std::pair<int, int> local_rank_and_size() {
+  MPI_Comm node = node_comm();
   int local_rank = 0, local_size = 1;
   MPI_Comm_rank(node, &local_rank);
   MPI_Comm_size(node, &local_size);
@@ -48,11 +55,7 @@ std::pair<int, int> local_rank_and_size() {
 // two of them share one: their PCI bus ids are compared, whatever each process sees of the node's
 // GPUs (all of them, or one each under Slurm's GPU binding). Collective over the node's ranks.
 void select_rank_gpu() {
-  int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm node = MPI_COMM_NULL;
-  LT_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node) == MPI_SUCCESS,
-           "MPI_Comm_split_type failed");
+  MPI_Comm node = node_comm();
   int local_rank = 0, local_size = 1;
   MPI_Comm_rank(node, &local_rank);
   MPI_Comm_size(node, &local_size);
