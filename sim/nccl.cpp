@@ -6,7 +6,9 @@
 // bf16 after each addition as NCCL's ring does (so every rank gets the same bits), all wait.
 // Non-blocking communicators (config.blocking = 0) meet on a background thread and report
 // ncclInProgress until then. A peer that never arrives times out (LAYERTAP_SIM_NCCL_TIMEOUT_S,
-// 120 s) as an asynchronous error; an abort wakes every waiting peer.
+// 120 s) as an asynchronous error; an abort wakes every waiting peer. Like NCCL 2.22 and later, a
+// communicator takes device memory for its buffers (kBufferBytes here) when it connects: at the
+// first all-reduce by default, during initialisation with NCCL_RUNTIME_CONNECT=0.
 #include <fcntl.h>
 #include <nccl.h>
 #include <sys/mman.h>
@@ -98,6 +100,7 @@ struct ncclComm {
   std::shared_ptr<layertap::sim::Segment> segment;
   int device = 0;
   std::thread joiner;
+  void* buffers = nullptr;  // device memory taken when the communicator connects
 };
 
 using namespace layertap::sim;
@@ -128,6 +131,23 @@ void join(Segment& s) {
 }
 
 std::size_t type_bytes(ncclDataType_t t) { return t == ncclFloat32 ? 4 : 2; }
+
+constexpr std::size_t kBufferBytes = std::size_t(64) << 20;  // what a connected communicator holds
+
+// Takes the communicator's buffers on its device (the caller's current device), once.
+bool connect(ncclComm* c) {
+  if (c->buffers != nullptr) return true;
+  if (cudaMalloc(&c->buffers, kBufferBytes) == cudaSuccess) return true;
+  c->buffers = nullptr;
+  report("NCCL: cannot allocate the communicator's " + std::to_string(kBufferBytes >> 20) +
+         " MiB of buffers on device " + std::to_string(c->device));
+  return false;
+}
+
+void release(ncclComm* c) {
+  if (c->buffers != nullptr) (void)cudaFree(c->buffers);
+  c->buffers = nullptr;
+}
 
 }  // namespace
 
@@ -194,6 +214,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id
   c->segment = seg;
   c->device = current_device();
   *out = c;
+  if (const char* eager = std::getenv("NCCL_RUNTIME_CONNECT"); eager != nullptr && std::string(eager) == "0" &&
+      !connect(c))
+    return ncclUnhandledCudaError;
   const bool blocking = config == nullptr || config->blocking != 0;
   if (blocking) {
     join(*seg);
@@ -222,6 +245,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t c) {
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   if (c == nullptr) return ncclInvalidArgument;
   if (c->joiner.joinable()) c->joiner.join();
+  release(c);
   delete c;  // queued all-reduces keep the segment mapped
   return ncclSuccess;
 }
@@ -230,6 +254,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
   if (c == nullptr) return ncclSuccess;
   c->segment->header()->aborted.store(1);  // peers waiting in a barrier give up at once
   if (c->joiner.joinable()) c->joiner.join();
+  release(c);
   delete c;
   return ncclSuccess;
 }
@@ -262,6 +287,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   }
   cudaStream_t s = resolve_stream(stream, dev, "ncclAllReduce");
   if (s == nullptr) return ncclInvalidUsage;
+  if (!connect(c)) return ncclUnhandledCudaError;
   dev.count.all_reduces++;
   std::shared_ptr<Segment> seg = c->segment;
   s->enqueue(Op{call, [seg, send, recv, count, type] {

@@ -1,12 +1,14 @@
 #include "comm/nccl_comm.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "comm/mpi_groups.hpp"
 #include "core/error.hpp"
 #include "core/stop_request.hpp"
 #include "core/log.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/nccl_check.hpp"
 
 #define LT_MPI_OK(call) LT_CHECK((call) == MPI_SUCCESS, "MPI call failed: ", #call)
@@ -30,6 +32,9 @@ NcclComm::NcclComm(MPI_Comm tp, double timeout_s) : timeout_s_(timeout_s) {
   MPI_Request request;
   LT_MPI_OK(MPI_Ibcast(&id, int(sizeof id), MPI_BYTE, 0, tp, &request));
   wait_for(request);  // polled at start-up: a stop signal ends a rank waiting for a slower peer
+  ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);  // connect at init (see the header)
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  LT_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // calls return ncclInProgress instead of blocking: every wait is ours to bound
   ncclComm_t comm = nullptr;
@@ -40,6 +45,8 @@ NcclComm::NcclComm(MPI_Comm tp, double timeout_s) : timeout_s_(timeout_s) {
     LT_NCCL_CHECK(r);
   }
   wait_ready("initialisation (are all ranks of the tensor-parallel group running?)");
+  LT_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  device_bytes_ = free_before > free_after ? free_before - free_after : 0;
 }
 
 NcclComm::~NcclComm() {

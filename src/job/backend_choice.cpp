@@ -135,21 +135,42 @@ HostPlan cuda_host_plan(const ModelConfig& cfg, const TpShard& shard, const Rank
            {"CUDA runtime (estimate)", kCudaRuntimeHostBytes}}};
 }
 
-// The device memory this rank plans for: --gpu-memory, capped by the free memory of a GPU here.
-std::size_t planned_device_bytes(const RankLoad& load) {
+// What NCCL's buffers are planned as on a machine without a GPU to measure them on (TP > 1): NVLS
+// buffers on NVSwitch nodes are commonly reported around 1 GiB; ring buffers take less.
+constexpr std::size_t kNcclAllowanceBytes = std::size_t(1) << 30;
+
+// The device memory this rank plans for: --gpu-memory, capped by the free memory of a GPU here,
+// measured as the real run measures it: after NCCL connected (TP > 1), so what the communicator
+// takes is outside it. Without a GPU, --gpu-memory less an allowance for NCCL.
+struct DeviceBudget {
+  std::size_t free = 0;  // for the model, its scratch and workspace
+  std::size_t nccl = 0;  // NCCL's buffers: measured, or kNcclAllowanceBytes
+  bool measured = false;
+};
+DeviceBudget planned_device_budget(const TpShard& shard, MpiGroups& groups, const RankLoad& load) {
   // First, on every rank: the node split is a world collective, and a rank without a GPU (a login
   // node beside GPU nodes) returns below.
   const int local_rank = local_rank_and_size().first;
   const std::size_t limit = std::size_t(load.gpu_memory_gib * double(int64_t(1) << 30));
-  if (cuda::visible_device_count() == 0) {
+  // NCCL connects only where every rank of the TP group has a GPU (the init is collective).
+  int gpu = cuda::visible_device_count() > 0 ? 1 : 0, all_gpu = 0;
+  MPI_Allreduce(&gpu, &all_gpu, 1, MPI_INT, MPI_MIN, groups.tp_mpi());
+  if (gpu == 0) {
     LT_CHECK(limit > 0, "--backend cuda on a machine without a GPU plans for a card of --gpu-memory GiB; "
              "pass it (e.g. --gpu-memory 80)");
-    return limit;
+    const std::size_t nccl = shard.size > 1 ? kNcclAllowanceBytes : 0;
+    return {limit > nccl ? limit - nccl : 0, nccl, false};
   }
   cuda::select_device(cuda::rank_device(local_rank, cuda::visible_device_count()));
+  std::unique_ptr<NcclComm> comm;  // held while free memory is measured
+  if (shard.size > 1 && all_gpu == 1) comm = std::make_unique<NcclComm>(groups.tp_mpi());
   std::size_t free_bytes = 0, total_bytes = 0;
   LT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  return limit > 0 ? std::min(limit, free_bytes) : free_bytes;
+  free_bytes = limit > 0 ? std::min(limit, free_bytes) : free_bytes;
+  if (comm) return {free_bytes, comm->device_bytes(), true};
+  // A GPU here but not on every rank of the group (planning from a mixed allocation): the allowance.
+  const std::size_t nccl = shard.size > 1 ? kNcclAllowanceBytes : 0;
+  return {free_bytes > nccl ? free_bytes - nccl : 0, nccl, false};
 }
 
 // The CUDA backend together with the communicator it all-reduces through (declared first, so
@@ -243,15 +264,22 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
   if (backend == "cuda") {
     select_rank_gpu();  // before NCCL and any allocation
     std::unique_ptr<DeviceAllReduce> comm;
-    if (shard.size == 1)
+    std::size_t nccl_bytes = 0;
+    if (shard.size == 1) {
       comm = std::make_unique<SoloDeviceAllReduce>();
-    else
-      comm = std::make_unique<NcclComm>(groups.tp_mpi());
+    } else {
+      auto nccl = std::make_unique<NcclComm>(groups.tp_mpi());  // connected: its buffers are taken
+      nccl_bytes = nccl->device_bytes();
+      comm = std::move(nccl);
+    }
     auto b = std::make_unique<CudaRankBackend>(std::move(comm), cfg, ckpt, cuda_options(shard, load));
     const cuda::LoadStats& st = b->load_stats();
     log_info(b->description());
+    if (shard.size > 1)
+      log_info("NCCL connected: ", human_bytes(int64_t(nccl_bytes)), " of device memory, taken before the memory plan "
+               "was checked");
     log_info("weights read: ", human_bytes(int64_t(st.bytes_read)), " in ", fixed(st.seconds, 1), " s (",
-             gb_per_s(int64_t(st.bytes_read), st.seconds), "), peak anonymous host memory ",
+             gb_per_s(int64_t(st.bytes_read), st.seconds), ", ", st.read_calls, " read calls), peak anonymous host memory ",
              human_bytes(st.peak_anonymous_bytes));
     return b;
   }
@@ -263,13 +291,14 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
 }
 
 RankPlan describe_rank_plan(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
-                            const TpShard& shard, const RankLoad& load) {
+                            const TpShard& shard, MpiGroups& groups, const RankLoad& load) {
 #ifdef LAYERTAP_HAVE_CUDA
   if (backend == "cuda") {
     const cuda::CudaBackendOptions o = cuda_options(shard, load);
     const cuda::LocalShape s = cuda::checkpoint_shape(cfg, shard, ckpt);
     const cuda::MemoryPlan m = cuda::plan_memory(s, o);
-    const std::size_t device = planned_device_bytes(load);
+    const DeviceBudget budget = planned_device_budget(shard, groups, load);
+    const std::size_t device = budget.free;
     const cuda::LoadPlan lp = cuda::plan_load(s, ckpt, cfg.quant);
     const HostPlan host = cuda_host_plan(cfg, shard, load);
     std::string r = cat("  reads      ", human_bytes(int64_t(lp.read_bytes)), " from ", lp.files, " files: bf16 ",
@@ -278,11 +307,17 @@ RankPlan describe_rank_plan(const std::string& backend, const ModelConfig& cfg, 
                         ", INT4 ", human_bytes(int64_t(lp.int4_bytes)), ", scales ",
                         human_bytes(int64_t(lp.scale_bytes)), "\n");
     r += cuda::describe_device_plan(m, s, device, o);
+    if (shard.size > 1)
+      r += cat("  NCCL       ", fixed(double(budget.nccl) / double(1 << 30), 2), " GiB",
+               budget.measured ? " taken when it connected (measured; outside the free memory above)\n"
+                               : " allowed for its buffers (not measured: a rank of the group has no GPU; taken "
+                                 "from the free memory above)\n");
     r += cat("  host       ", human_bytes(host.total()), " (", host.describe(), "; no weights)\n");
     return {r, cuda::device_bytes_needed(m) <= device};
   }
 #endif
   (void)ckpt;
+  (void)groups;
   const HostPlan host = cpu_host_plan(cfg, shard, load);
   return {cat("  host       ", human_bytes(host.total()), " (", host.describe(), ")\n"), true};
 }
@@ -296,7 +331,8 @@ std::string pre_read_weights(const std::string& backend, const ModelConfig& cfg,
     cuda::HostTarget nowhere(nullptr);
     const cuda::LoadStats st = cuda::run_load_plan(plan, nowhere, cuda::LoaderOptions{});
     return cat("read ", human_bytes(int64_t(st.bytes_read)), " (", st.copies, " windows of ", plan.files,
-               " files) in ", fixed(st.seconds, 1), " s, ", gb_per_s(int64_t(st.bytes_read), st.seconds),
+               " files, ", st.read_calls, " read calls) in ", fixed(st.seconds, 1), " s, ",
+               gb_per_s(int64_t(st.bytes_read), st.seconds),
                ", peak anonymous memory ", human_bytes(st.peak_anonymous_bytes), ": every value checked");
   }
 #endif

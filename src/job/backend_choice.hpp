@@ -48,14 +48,15 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelCon
                                       const TpShard& shard, MpiGroups& groups, const RankLoad& load);
 
 // --dry-run: this rank's memory plan, a few indented lines (cuda: the device plan by part, whether it
-// fits and the largest --max-batch-tokens that would; both: the host plan). Throws for a cuda plan
-// without --gpu-memory on a rank that sees no GPU.
+// fits and the largest --max-batch-tokens that would, NCCL's buffers; both: the host plan). Collective
+// over the TP group (cuda at TP > 1 connects NCCL first and measures free memory after it, as a
+// real run does). Throws for a cuda plan without --gpu-memory on a rank that sees no GPU.
 struct RankPlan {
   std::string text;
   bool fits = true;  // the device plan fits (cpu: always)
 };
 RankPlan describe_rank_plan(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
-                            const TpShard& shard, const RankLoad& load);
+                            const TpShard& shard, MpiGroups& groups, const RankLoad& load);
 
 // --dry-run --read-weights: reads every byte this rank would load through its backend's load path
 // (cuda: the load plan through the staging ring into host buffers; cpu: the float32 loader) and

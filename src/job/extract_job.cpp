@@ -3,6 +3,8 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstring>
+#include <limits>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -39,6 +41,19 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// The fault-injection tests' NaN: the first value at token `token` of a state [T, hidden] of
+// `dtype` (BF16 or F32: float8 storage quantizes later).
+void poison_state(std::vector<std::byte>& state, DType dtype, int64_t hidden, int64_t token) {
+  std::byte* p = state.data() + std::size_t(token * hidden) * dtype_size(dtype);
+  if (dtype == DType::F32) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(p, &nan, 4);
+  } else {
+    const std::uint16_t nan = 0x7fc0;
+    std::memcpy(p, &nan, 2);
+  }
+}
 using nlohmann::json;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -113,7 +128,8 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
 
   // Each rank's memory plan (and, with --read-weights, its pre-read), in rank order.
   const Checkpoint ckpt(checkpoint_files(o.model));
-  const RankPlan rank_plan = describe_rank_plan(backend_name, cfg, ckpt, shard, load);
+  MpiGroups groups(world);
+  const RankPlan rank_plan = describe_rank_plan(backend_name, cfg, ckpt, shard, groups, load);
   const std::vector<std::string> plans = gather_strings(
       cat("rank ", world.world_rank, " (group ", world.dp_rank, ", tp rank ", world.tp_rank, ")\n", rank_plan.text));
   const bool fits = !any_rank(!rank_plan.fits);
@@ -140,7 +156,6 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
            << " GiB)\n";
   if (o.calibrate_batches > 0 && can_run && fits && host_problem.empty()) {
     // A few batches of each group's own samples, on the backend a real run would use.
-    MpiGroups groups(world);
     const auto t_load = Clock::now();
     const std::unique_ptr<Backend> backend = make_backend(backend_name, cfg, ckpt, shard, groups, load);
     const double load_s = max_over_ranks(seconds_since(t_load));
@@ -347,6 +362,9 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
     }
     failpoint("forward");  // crash tests: die in the middle of the job
     cb.states = backend->forward(pb, plan, meta.batch_dtype());  // float8 storage quantizes bf16 states
+    for (std::size_t i = first; i < last; ++i)  // fault injection: LAYERTAP_FAILPOINT=state:<index>:nan
+      if (failpoint_poisons("state", long(mine[i].index)))
+        poison_state(cb.states.back(), meta.batch_dtype(), cfg.hidden_size, pb.offsets[i - first]);
     done_samples += pb.num_samples();
     done_tokens += pb.num_tokens();
     if (writer) {

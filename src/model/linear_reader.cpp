@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "model/packed_weights.hpp"
+#include "model/stored_window.hpp"
 
 namespace layertap {
 
@@ -22,6 +23,21 @@ void check_tensor(const TensorInfo& t, const std::vector<DType>& dtypes, const s
            names);
   LT_CHECK(t.shape == shape, "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape), ", ", why,
            " needs ", shape_str(shape));
+}
+
+// Rows [row0, row0 + rows) of the 2-D tensor `t`, whole, as stored; within them, the bytes
+// [byte0, byte0 + width) of rows [check0, check0 + checks) are the rank's window and are checked
+// with `rule` (as the CUDA loader checks the same window). The decoders index whole rows.
+std::vector<std::byte> read_whole_rows(const TensorInfo& t, int64_t row0, int64_t rows, int64_t check0, int64_t checks,
+                                       int64_t byte0, int64_t width, ValueRule rule) {
+  const int64_t row_bytes = t.shape[1] * int64_t(dtype_size(t.dtype));
+  std::vector<std::byte> out(std::size_t(rows * row_bytes));
+  read_window_rows({&t, row_bytes, row0, rows, 0, row_bytes}, 0, rows, out.data());
+  const StoredWindow mine{&t, row_bytes, row0 + check0, checks, byte0, width};
+  for (int64_t r = 0; r < checks; ++r)
+    check_window_values(mine, r, out.data() + (check0 + r) * row_bytes + byte0,
+                        std::size_t(width) / dtype_size(t.dtype), rule);
+  return out;
 }
 }  // namespace
 
@@ -45,9 +61,17 @@ std::vector<float> LinearReader::read_fp8(const std::string& module, int64_t out
   const TensorInfo& s = ck_.info(module + ".weight_scale_inv");
   check_tensor(s, {DType::F32}, {ceil_div(out, br), ceil_div(in, bc)},
                cat("fp8 blocks of [", br, ", ", bc, "] over [", out, ", ", in, "]").c_str());
+  // Rows from the window's first block row: the decoder finds a row's scales by row / block_rows.
+  const int64_t first = win.row0 - win.row0 % br, end = win.row0 + win.rows;
+  const int64_t scale0 = win.col0 / bc;
+  const std::vector<std::byte> codes =
+      read_whole_rows(w, first, end - first, win.row0 - first, win.rows, win.col0, win.cols, ValueRule::Finite);
+  const std::vector<std::byte> scales =
+      read_whole_rows(s, first / br, ceil_div(end, br) - first / br, 0, ceil_div(end, br) - first / br, scale0 * 4,
+                      (ceil_div(win.col0 + win.cols, bc) - scale0) * 4, ValueRule::PositiveScale);
   std::vector<float> dst(std::size_t(win.rows) * std::size_t(win.cols));
-  quant::dequantize_fp8_block(w.data, s.data, out, in, br, bc, win, dst.data());
-  ck_.release(w);
+  quant::dequantize_fp8_block(codes.data(), scales.data(), end - first, in, br, bc,
+                              {win.row0 - first, win.rows, win.col0, win.cols}, dst.data());
   return dst;
 }
 
@@ -60,9 +84,15 @@ std::vector<float> LinearReader::read_int4(const std::string& module, int64_t ou
   check_tensor(scale, {DType::BF16, DType::F16, DType::F32}, {out, ceil_div(in, g)},
                cat("int4 groups of ", g, " over [", out, ", ", in, "]").c_str());
   check_int4_weight_shape(ck_, module, out, in);
+  const int64_t group0 = win.col0 / g, groups = ceil_div(win.col0 + win.cols, g) - group0;
+  const std::vector<std::byte> words =
+      read_whole_rows(packed, win.row0, win.rows, 0, 0, 0, 0, ValueRule::None);
+  const std::vector<std::byte> scales =
+      read_whole_rows(scale, win.row0, win.rows, 0, win.rows, group0 * int64_t(dtype_size(scale.dtype)),
+                      groups * int64_t(dtype_size(scale.dtype)), ValueRule::PositiveScale);
   std::vector<float> dst(std::size_t(win.rows) * std::size_t(win.cols));
-  quant::dequantize_int4_group(packed.data, scale.data, scale.dtype, out, in, g, win, dst.data());
-  ck_.release(packed);
+  quant::dequantize_int4_group(words.data(), scales.data(), scale.dtype, win.rows, in, g, {0, win.rows, win.col0, win.cols},
+                               dst.data());
   return dst;
 }
 

@@ -24,11 +24,11 @@ void check_window(const quant::Window& w, int64_t out, int64_t in, const std::st
            module, " [", out, ", ", in, "]");
 }
 
-// A stored window's bytes, from the mapping.
-std::vector<std::byte> copy_window(const StoredWindow& w) {
+// A stored window's bytes, each value checked with `rule`.
+std::vector<std::byte> read_checked(const StoredWindow& w, ValueRule rule) {
   std::vector<std::byte> out(std::size_t(w.bytes()));
-  for (int64_t r = 0; r < w.rows; ++r)
-    std::memcpy(out.data() + r * w.width, w.tensor->data + (w.row0 + r) * w.row_bytes + w.byte0, std::size_t(w.width));
+  read_window_rows(w, 0, w.rows, out.data());
+  check_window_values(w, 0, out.data(), out.size() / dtype_size(w.tensor->dtype), rule);
   return out;
 }
 
@@ -75,30 +75,21 @@ void check_int4_weight_shape(const Checkpoint& ckpt, const std::string& module, 
   const TensorInfo& shape = ckpt.info(module + ".weight_shape");
   LT_CHECK((shape.dtype == DType::I64 || shape.dtype == DType::I32) && shape.shape == std::vector<int64_t>{2},
            "tensor '", shape.name, "' in '", shape.file, "' must be an int64 or int32 vector of 2");
+  const int64_t esize = int64_t(dtype_size(shape.dtype));
+  std::byte bytes[16];
+  read_window_rows({&shape, 2 * esize, 0, 1, 0, 2 * esize}, 0, 1, bytes);
   int64_t recorded[2];
   for (int i = 0; i < 2; ++i) {
     if (shape.dtype == DType::I64) {
-      std::memcpy(&recorded[i], shape.data + 8 * i, 8);
+      std::memcpy(&recorded[i], bytes + 8 * i, 8);
     } else {
       int32_t v;
-      std::memcpy(&v, shape.data + 4 * i, 4);
+      std::memcpy(&v, bytes + 4 * i, 4);
       recorded[i] = v;
     }
   }
   LT_CHECK(recorded[0] == out && recorded[1] == in, "tensor '", shape.name, "' records shape [", recorded[0], ", ",
            recorded[1], "], the config implies [", out, ", ", in, "] (in '", shape.file, "')");
-}
-
-StoredWindow float_window(const TensorInfo& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
-  const int64_t esize = int64_t(dtype_size(t.dtype));
-  const int64_t width = t.shape.size() == 1 ? t.shape[0] : t.shape.size() == 2 ? t.shape[1] : -1;
-  const int64_t height = t.shape.size() == 1 ? 1 : t.shape.size() == 2 ? t.shape[0] : -1;
-  LT_CHECK(width >= 0, "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape),
-           ", a weight window needs 1 or 2 dimensions");
-  LT_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= height && col0 >= 0 && cols >= 0 && col0 + cols <= width,
-           "tensor '", t.name, "': window rows [", row0, ", +", rows, ") x columns [", col0, ", +", cols,
-           ") is outside ", shape_str(t.shape));
-  return {&t, width * esize, row0, rows, col0 * esize, cols * esize};
 }
 
 PackedLayout packed_layout(const Checkpoint& ckpt, const QuantConfig& q, const std::string& module, int64_t out,
@@ -156,8 +147,8 @@ PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& q, co
                                 int64_t in, const quant::Window& win) {
   const PackedLayout l = packed_layout(ckpt, q, module, out, in, win);
   PackedLinear p = l.shape;
-  p.data = copy_window(l.data);
-  p.scales = copy_window(l.scales);
+  p.data = read_checked(l.data, p.format == PackedLinear::Format::Fp8Block ? ValueRule::Finite : ValueRule::None);
+  p.scales = read_checked(l.scales, ValueRule::PositiveScale);
   return p;
 }
 

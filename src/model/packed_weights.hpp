@@ -14,21 +14,9 @@
 #include "model/quant_config.hpp"
 #include "model/quant_formats.hpp"
 #include "model/safetensors.hpp"
+#include "model/stored_window.hpp"
 
 namespace layertap {
-
-// A window of one stored tensor viewed as a byte matrix: rows [row0, row0 + rows) x bytes
-// [byte0, byte0 + width) of rows of `row_bytes` bytes (a 1-D tensor is one row). What a loader
-// reads from the file, without reading it.
-struct StoredWindow {
-  const TensorInfo* tensor = nullptr;
-  int64_t row_bytes = 0, row0 = 0, rows = 0, byte0 = 0, width = 0;
-  int64_t bytes() const { return rows * width; }
-  bool contiguous() const { return rows <= 1 || width == row_bytes; }  // one run of bytes in the file
-};
-
-// Rows [row0, +rows) x columns [col0, +cols) of a float tensor of shape [out, in] (1-D: [1, in]).
-StoredWindow float_window(const TensorInfo& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols);
 
 struct PackedLinear {
   enum class Format { Fp8Block, Int4Group };
@@ -69,6 +57,7 @@ std::optional<PackedLinear::Format> packed_format(const Checkpoint& ckpt, const 
 // boundary. packed_layout reads nothing but weight_shape's 2 values.
 PackedLayout packed_layout(const Checkpoint& ckpt, const QuantConfig& quant, const std::string& module, int64_t out,
                            int64_t in, const quant::Window& win);
+// The window's bytes, FP8 codes checked finite and scales finite and positive (ValueRule).
 PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& quant, const std::string& module,
                                 int64_t out, int64_t in, const quant::Window& win);
 

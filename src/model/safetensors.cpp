@@ -1,6 +1,5 @@
 #include "model/safetensors.hpp"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,40 +18,39 @@
 #include "core/stop_request.hpp"
 #include "core/text.hpp"
 #include "model/json_fields.hpp"
+#include "model/stored_window.hpp"
 
 namespace layertap {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// One read-only mapping of a .safetensors file: 8-byte little-endian header length, JSON header,
-// then the data block that the header's data_offsets index into.
+// One .safetensors file, open for pread: 8-byte little-endian header length, JSON header, then the
+// data block that the header's data_offsets index into.
 class SafetensorsFile {
  public:
   static constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the format's limit
 
-  explicit SafetensorsFile(const std::string& path) : path_(path) {
-    const RegularFile file(path, "weights file");  // the mapping outlives the descriptor
-    size_ = file.size();
+  explicit SafetensorsFile(const std::string& path) : path_(path), file_(path, "weights file") {
+    size_ = file_.size();
     LT_CHECK(size_ >= 8, "weights file '", path, "' is too small to be safetensors (", size_, " bytes)");
-    // The header length is checked before mapping: a constructor that throws runs no destructor,
-    // so nothing may be mapped until every check that can fail has passed.
     uint64_t header_len = 0;
-    LT_CHECK(::pread(file.fd(), &header_len, 8, 0) == 8, "cannot read weights file '", path, "': ",
+    LT_CHECK(::pread(file_.fd(), &header_len, 8, 0) == 8, "cannot read weights file '", path, "': ",
              std::strerror(errno));  // little-endian on every platform we build for
     LT_CHECK(header_len <= size_ - 8, "weights file '", path, "' has a header length ", header_len,
              " beyond its size ", size_);
     LT_CHECK(header_len <= kMaxHeaderBytes, "weights file '", path, "' has a header of ", header_len,
              " bytes; the safetensors format allows at most ", kMaxHeaderBytes);
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
-    LT_CHECK(p != MAP_FAILED, "cannot map '", path, "': ", std::strerror(errno));
-    base_ = static_cast<const std::byte*>(p);
-    header_.assign(reinterpret_cast<const char*>(base_) + 8, std::size_t(header_len));
-    data_ = base_ + 8 + header_len;
+    header_.resize(std::size_t(header_len));
+    for (std::size_t done = 0; done < header_.size();) {
+      const ssize_t n = ::pread(file_.fd(), header_.data() + done, header_.size() - done, off_t(8 + done));
+      if (n < 0 && errno == EINTR) continue;
+      LT_CHECK(n > 0, "cannot read the header of weights file '", path, "': ",
+               n < 0 ? std::strerror(errno) : "the file ends inside it");
+      done += std::size_t(n);
+    }
+    data_offset_ = 8 + header_len;
     data_size_ = size_ - 8 - std::size_t(header_len);
-  }
-  ~SafetensorsFile() {
-    if (base_) ::munmap(const_cast<std::byte*>(base_), size_);
   }
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -109,8 +107,8 @@ class SafetensorsFile {
           n = checked_mul(n, d, "the bytes its shape and dtype need");
         }
         LT_CHECK(uint64_t(n) == off[1] - off[0], "holds ", off[1] - off[0], " bytes, its shape and dtype need ", n);
-        t.data = data_ + off[0];
-        t.offset = uint64_t(data_ - base_) + off[0];
+        t.fd = file_.fd();
+        t.offset = data_offset_ + off[0];
         spans.emplace_back(off[0], off[1]);
         mine.emplace(name, t);
       } catch (const Error& e) {
@@ -138,9 +136,9 @@ class SafetensorsFile {
 
  private:
   std::string path_;
+  RegularFile file_;
   std::size_t size_ = 0;
-  const std::byte* base_ = nullptr;
-  const std::byte* data_ = nullptr;
+  uint64_t data_offset_ = 0;
   std::size_t data_size_ = 0;
   std::string header_;
 };
@@ -168,6 +166,7 @@ std::vector<std::string> checkpoint_files(const std::string& model_dir) {
              excerpt(tensor), "' maps to '", excerpt(name), "', which is not a plain file name inside the model directory");
     names.insert(name);
   }
+  LT_CHECK(!names.empty(), "'", index.string(), "' has an empty weight_map: it names no tensor, so no safetensors file");
   std::vector<std::string> files;
   for (const std::string& f : names) files.push_back((dir / f).string());
   return files;
@@ -179,11 +178,11 @@ Checkpoint::Checkpoint(std::vector<std::string> files) : files_(std::move(files)
   for (const std::string& f : files_) {
     failpoint("checkpoint-open");
     stop_point("opening the checkpoint");
-    mapped_.push_back(std::make_unique<SafetensorsFile>(f));
-    mapped_.back()->list(tensors_);
+    open_.push_back(std::make_unique<SafetensorsFile>(f));
+    open_.back()->list(tensors_);
     fp.update(fs::path(f).filename().string());
-    fp.update(std::to_string(mapped_.back()->size()));
-    fp.update(mapped_.back()->header());
+    fp.update(std::to_string(open_.back()->size()));
+    fp.update(open_.back()->header());
   }
   fingerprint_ = fp.hex();
 }
@@ -199,19 +198,16 @@ const TensorInfo& Checkpoint::info(const std::string& name) const {
   return it->second;
 }
 
+std::size_t tensor_bytes(const TensorInfo& t) {
+  std::size_t n = dtype_size(t.dtype);
+  for (int64_t d : t.shape) n *= std::size_t(d);
+  return n;
+}
+
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += cat(i ? ", " : "", s[i]);
   return out + "]";
-}
-
-void Checkpoint::release(const TensorInfo& t) const {
-  static const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
-  std::size_t bytes = dtype_size(t.dtype);
-  for (int64_t d : t.shape) bytes *= std::size_t(d);
-  const std::uintptr_t begin = std::uintptr_t(t.data) & ~(page - 1);
-  const std::uintptr_t end = (std::uintptr_t(t.data) + bytes + page - 1) & ~(page - 1);
-  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure is harmless
 }
 
 void Checkpoint::check_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const {
@@ -223,13 +219,18 @@ void Checkpoint::check_shape(const TensorInfo& t, const std::vector<int64_t>& sh
 }
 
 std::vector<float> Checkpoint::read(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (shape.size() == 2) return read_window(name, shape, 0, shape[0], 0, shape[1]);
   const TensorInfo& t = info(name);
   check_shape(t, shape);
-  std::size_t n = 1;
-  for (int64_t d : shape) n *= std::size_t(d);
-  std::vector<float> out(n);
-  to_float(t.dtype, t.data, out.data(), n);
-  release(t);
+  const int64_t bytes = int64_t(tensor_bytes(t));
+  return read_floats({&t, bytes, 0, 1, 0, bytes});  // one run of bytes
+}
+
+std::vector<std::byte> Checkpoint::read_bytes(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  const int64_t bytes = int64_t(tensor_bytes(t));
+  std::vector<std::byte> out(static_cast<std::size_t>(bytes));
+  read_window_rows({&t, bytes, 0, 1, 0, bytes}, 0, 1, out.data());
   return out;
 }
 
@@ -253,13 +254,7 @@ std::vector<float> Checkpoint::read_window(const std::string& name, const std::v
            "': row slice [", row0, ", ", row0 + rows, ") is outside ", shape_str(shape));
   LT_CHECK(col0 >= 0 && cols >= 0 && col0 + cols <= shape[1], "tensor '", name, "': column slice [", col0, ", ",
            col0 + cols, ") is outside ", shape_str(shape));
-  const std::size_t width = std::size_t(shape[1]), esz = dtype_size(t.dtype);
-  std::vector<float> out(std::size_t(rows) * std::size_t(cols));
-  for (std::size_t r = 0; r < std::size_t(rows); ++r)
-    to_float(t.dtype, t.data + ((std::size_t(row0) + r) * width + std::size_t(col0)) * esz,
-             out.data() + r * std::size_t(cols), std::size_t(cols));
-  release(t);
-  return out;
+  return read_floats(float_window(t, row0, rows, col0, cols));
 }
 
 }  // namespace layertap

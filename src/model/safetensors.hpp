@@ -1,7 +1,7 @@
-// Memory-mapped safetensors checkpoints: one file, or shards listed by model.safetensors.index.json.
-// Tensors are read by name, optionally as a slice of rows or columns (a tensor-parallel shard), and
-// converted to float32 on the way out; nothing else of the file is touched, so a rank pages in only
-// its own slice.
+// Safetensors checkpoints: one file, or shards listed by model.safetensors.index.json. Opening one
+// reads and checks the headers; tensors are then read by name with pread (model/stored_window.hpp),
+// optionally as a slice of rows or columns (a tensor-parallel shard), checked (finite) and converted
+// to float32 on the way out. Nothing is mapped, so a rank's memory holds its own slices only.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -18,13 +18,14 @@ struct TensorInfo {
   std::string file;  // path of the safetensors file that holds it
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  const std::byte* data = nullptr;  // inside the file's mapping
-  uint64_t offset = 0;              // of data's first byte in the file (for pread)
+  int fd = -1;         // the file, open for pread while the Checkpoint lives
+  uint64_t offset = 0;  // of the tensor's first byte in the file
 };
 
-class SafetensorsFile;  // one mapped file
+class SafetensorsFile;  // one open file and its header
 
 std::string shape_str(const std::vector<int64_t>& shape);  // "[2, 3]"
+std::size_t tensor_bytes(const TensorInfo& t);              // shape x dtype size
 
 // The safetensors files of a model directory: the files named by model.safetensors.index.json
 // when present, else model.safetensors. Throws naming what is missing.
@@ -40,8 +41,11 @@ class Checkpoint {
   bool has(const std::string& name) const;
   const TensorInfo& info(const std::string& name) const;  // throws naming the tensor if missing
 
-  // The whole tensor as float32, after checking its shape equals `shape`.
+  // The whole tensor as float32, after checking its shape equals `shape`. Every read_* of floats
+  // throws naming the tensor, file and index of a non-finite value (ValueRule::Finite).
   std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The whole tensor's bytes as stored, any dtype, unchecked (token ids of a fixture, say).
+  std::vector<std::byte> read_bytes(const std::string& name) const;
   // Rows [row0, row0 + rows) of a 2-D tensor of shape `shape`: [rows, shape[1]] float32.
   std::vector<float> read_rows(const std::string& name, const std::vector<int64_t>& shape,
                                int64_t row0, int64_t rows) const;
@@ -52,17 +56,13 @@ class Checkpoint {
   std::vector<float> read_window(const std::string& name, const std::vector<int64_t>& shape, int64_t row0,
                                  int64_t rows, int64_t col0, int64_t cols) const;
 
-  // Drops the mapped pages of a tensor that has been converted: a rank's resident memory then
-  // holds its own slices, not the file (the pages come back from the file if read again).
-  void release(const TensorInfo& t) const;
-
   // SHA-256 over every file's name, size and JSON header: identifies the weights without reading them.
   const std::string& fingerprint() const { return fingerprint_; }
   const std::vector<std::string>& files() const { return files_; }
 
  private:
   void check_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const;  // and a float dtype
-  std::vector<std::unique_ptr<SafetensorsFile>> mapped_;
+  std::vector<std::unique_ptr<SafetensorsFile>> open_;
   std::map<std::string, TensorInfo> tensors_;
   std::vector<std::string> files_;
   std::string fingerprint_;

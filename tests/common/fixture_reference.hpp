@@ -33,7 +33,7 @@ inline FixtureReference load_fixture_reference(const std::string& path, int64_t 
     LT_CHECK(ids.dtype == DType::I32, path, ": ", ids_name, " is not int32");
     const int64_t T = ids.shape.at(0);
     std::vector<int32_t> tok(static_cast<std::size_t>(T));
-    std::memcpy(tok.data(), ids.data, tok.size() * sizeof(int32_t));
+    std::memcpy(tok.data(), ref.read_bytes(ids_name).data(), tok.size() * sizeof(int32_t));
     r.tokens.push_back(std::move(tok));
     r.states.push_back(ref.read(cat("sample", s, ".states"), {L + 2, T, H}));
   }

@@ -47,13 +47,11 @@ def read_output(out):
     return manifest, samples
 
 
-def write_dataset(path, n, seed, lo=60, hi=200, poison=None):
+def write_dataset(path, n, seed, lo=60, hi=200):
     rng = random.Random(seed)
     with open(path, "w") as f:
         for i in range(n):
             ids = [rng.randrange(150) for _ in range(rng.randint(lo, hi))]
-            if poison is not None and i == poison[0]:
-                ids[len(ids) // 2] = poison[1]
             f.write(json.dumps({"id": f"s{i}", "input_ids": ids}) + "\n")
 
 
@@ -174,28 +172,21 @@ class Resilience(unittest.TestCase):
         self.assertIn("--resume", p.stderr)
 
     def test_nonfinite_states_fail_or_are_skipped(self):
-        model = self.tmp / "nan-model"
-        shutil.copytree(self.model, model)
-        poison_token = 151  # ids in the datasets stay below 150; this row of the embedding becomes NaN
-        raw = bytearray((model / "model.safetensors").read_bytes())
-        n = int.from_bytes(raw[:8], "little")
-        header = json.loads(raw[8:8 + n])
-        t = header["model.embed_tokens.weight"]
-        hidden = t["shape"][1]
-        start = 8 + n + t["data_offsets"][0] + poison_token * hidden * 4
-        raw[start:start + hidden * 4] = np.full(hidden, np.nan, dtype=np.float32).tobytes()
-        (model / "model.safetensors").write_bytes(bytes(raw))
+        # The states of sample 7 become NaN by a failpoint: the weights must be finite (both backends
+        # refuse a NaN weight), so the states of a real run turn non-finite only in the arithmetic.
+        model = self.model
+        poison = "state:7:nan"
         data = self.tmp / "poisoned.jsonl"
-        write_dataset(data, 12, seed=3, poison=(7, poison_token))
+        write_dataset(data, 12, seed=3)
 
         out = self.tmp / "nan-fail"
-        p = self.run_job(1, out, [], data=data, model=model)
+        p = self.run_job(1, out, [], data=data, model=model, failpoint=poison)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("sample 's7' (index 7) has NaN/Inf states", p.stderr)
         self.assertFalse((out / "manifest.json").exists())
 
         out = self.tmp / "nan-skip"
-        p = self.run_job(2, out, ["--on-nonfinite", "skip"], data=data, model=model)
+        p = self.run_job(2, out, ["--on-nonfinite", "skip"], data=data, model=model, failpoint=poison)
         self.assertEqual(p.returncode, 0, p.stderr)
         manifest, samples = read_output(out)
         self.assertEqual([s["index"] for s in manifest["skipped_samples"]], [7])
@@ -209,7 +200,8 @@ class Resilience(unittest.TestCase):
         self.assertEqual(i.returncode, 0, i.stdout + i.stderr)
         self.assertIn("1 sample(s) skipped", i.stdout)
         before = {f.name: (f.stat().st_mtime_ns, f.stat().st_ino) for f in out.glob("shard-*.h5")}
-        p = self.run_job(2, out, ["--on-nonfinite", "skip", "--resume"], data=data, model=model, log_level="info")
+        p = self.run_job(2, out, ["--on-nonfinite", "skip", "--resume"], data=data, model=model, log_level="info",
+                         failpoint=poison)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("already complete; nothing to do", p.stderr + p.stdout)
         self.assertEqual({f.name: (f.stat().st_mtime_ns, f.stat().st_ino) for f in out.glob("shard-*.h5")}, before)
@@ -217,16 +209,17 @@ class Resilience(unittest.TestCase):
         # An interrupted skip run: the shard that holds the skipped sample's gap is kept by --resume
         # (not recomputed), the resumed manifest lists the sample as skipped, and every tool accepts it.
         data = self.tmp / "poisoned-long.jsonl"
-        write_dataset(data, 60, seed=3, poison=(3, poison_token))
+        write_dataset(data, 60, seed=3)
         out = self.tmp / "nan-skip-resumed"
-        p = self.run_job(1, out, ["--on-nonfinite", "skip"], data=data, model=model, failpoint="forward:12")
+        p = self.run_job(1, out, ["--on-nonfinite", "skip"], data=data, model=model, failpoint="state:3:nan,forward:12")
         self.assertNotEqual(p.returncode, 0, "the failpoint did not fire")
         records = json.loads((out / "shard.progress.json").read_text())["closed_shards"]
         self.assertGreaterEqual(len(records), 2, "the case needs closed shards")
         gap = records[0]
         self.assertEqual((gap["first_sample"], gap["samples"]), (0, gap["last_sample"]), "shard 0 holds the gap")
         before = (out / gap["file"]).stat()
-        p = self.run_job(1, out, ["--on-nonfinite", "skip", "--resume"], data=data, model=model, log_level="info")
+        p = self.run_job(1, out, ["--on-nonfinite", "skip", "--resume"], data=data, model=model, log_level="info",
+                         failpoint="state:3:nan")
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         self.assertNotIn("is not kept", p.stderr)
         self.assertIn(f"({records[-1]['last_sample'] + 1} kept from the interrupted run)", p.stderr)

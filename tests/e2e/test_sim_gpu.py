@@ -16,6 +16,7 @@ processes) on its own simulated device, and the output is checked as a user woul
 """
 import argparse
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -32,10 +33,10 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            LAYERTAP_SIM_DEVICES="4")
 
 
-def extract(out, model, np_, *extra, env=ENV):
+def extract(out, model, np_, *extra, env=ENV, log_level="warning"):
     cmd = [ARGS.mpirun, "--oversubscribe", "-np", str(np_), ARGS.layertap, "extract", "--model",
            Path(ARGS.fixtures) / "models" / model, "--data", Path(ARGS.fixtures) / "data" / "golden.jsonl",
-           "--out", out, "--capture", "eagle3", "--log-level", "warning", *extra]
+           "--out", out, "--capture", "eagle3", "--log-level", log_level, *extra]
     return subprocess.run(list(map(str, cmd)), env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -112,10 +113,26 @@ class SimulatedGpu(unittest.TestCase):
 
     def test_dry_run_across_gpu_and_gpuless_ranks(self):
         # One rank sees GPUs, the other none (a GPU node beside a login node): the plan's node
-        # split is collective, so both must reach it; this hung before.
-        r = self.mpmd(self.tmp / "mixed-dry", ["4", "0"], "--dry-run", "--gpu-memory", "1", var="LAYERTAP_SIM_DEVICES")
+        # split is collective, so both must reach it; this hung before. NCCL cannot connect across
+        # them, so both plan its 1 GiB allowance out of --gpu-memory.
+        r = self.mpmd(self.tmp / "mixed-dry", ["4", "0"], "--dry-run", "--gpu-memory", "2", var="LAYERTAP_SIM_DEVICES")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("a real run would start", r.stdout)
+        self.assertEqual(r.stdout.count("NCCL       1.00 GiB allowed for its buffers (not measured"), 2, r.stdout)
+
+    def test_dry_run_connects_nccl_before_measuring(self):
+        # Every rank of the TP group has a GPU: the dry run connects NCCL as a real run does (the
+        # simulated NCCL, like NCCL 2.22+, takes 64 MiB when it connects, lazily unless
+        # NCCL_RUNTIME_CONNECT=0) and measures the free memory after it: 16 GiB - 64 MiB.
+        r = extract(self.tmp / "nccl-dry", "llama_tp", 2, "--backend", "cuda", "--tp", "2", "--dry-run")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.count("NCCL       0.06 GiB taken when it connected (measured"), 2, r.stdout)
+        self.assertEqual(len(re.findall(r"device +[0-9.]+ GiB of 15\.94 GiB: fits", r.stdout)), 2, r.stdout)
+        # The real run checks its plan after NCCL connected, and says what NCCL took.
+        out = self.tmp / "nccl-run"
+        r = extract(out, "llama_tp", 2, "--backend", "cuda", "--tp", "2", log_level="info")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("NCCL connected: 64.0 MiB of device memory, taken before the memory plan was checked", r.stderr)
 
     def test_one_gpu_per_task_runs(self):
         out = self.tmp / "per-task"

@@ -4,8 +4,10 @@
 //     DeviceWeights::upload places from the float32 host slices (load_weights) and the packed
 //     checkpoint bytes: the two loaders cannot drift;
 //   - small staging slots (windows split over many chunks, several threads) give the same image;
-//   - damaged checkpoints are refused naming file and tensor: a wrong INT4 weight_shape, a NaN FP8
-//     scale, a zero INT4 scale, a NaN bf16 weight, a shard truncated before and after it was opened.
+//   - damaged checkpoints are refused naming file and tensor, by the pre-read and by the CPU
+//     backend's loader alike (one value rule, model/stored_window.hpp): a wrong INT4 weight_shape, a
+//     NaN FP8 scale, a zero INT4 scale, a NaN FP8 code, a NaN bf16 weight, a float32 weight beyond
+//     bfloat16's range, a shard truncated before and after it was opened.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -170,6 +172,18 @@ void preread(const fs::path& dir, int tp = 1) {
   }
 }
 
+void cpu_load(const fs::path& dir) {
+  const ModelConfig cfg = load_model_config((dir / "config.json").string());
+  const Checkpoint ckpt(checkpoint_files(dir.string()));
+  (void)load_weights(ckpt, cfg, {0, 1});
+}
+
+// The pre-read (the CUDA backend's loader) and the CPU backend's loader refuse `dir` alike.
+void both_refuse(const std::string& what, const fs::path& dir, const std::vector<std::string>& needles) {
+  check_throws(what + " (pre-read)", [&] { preread(dir); }, needles);
+  check_throws(what + " (CPU backend)", [&] { cpu_load(dir); }, needles);
+}
+
 void damaged() {
   {  // The undamaged copies pre-read cleanly.
     const fs::path d = copy_fixture("kimi_k25_int4", "clean");
@@ -188,7 +202,7 @@ void damaged() {
     const std::string t = "language_model.model.layers.1.mlp.experts.3.up_proj.weight_shape";
     const std::int64_t wrong = 12345;
     patch(d, t, 1, &wrong, 8);
-    check_throws("a wrong INT4 weight_shape", [&] { preread(d); }, {t, "records shape", "12345", ".safetensors"});
+    both_refuse("a wrong INT4 weight_shape", d, {t, "records shape", "12345", ".safetensors"});
     fs::remove_all(d);
   }
   {
@@ -196,7 +210,7 @@ void damaged() {
     const std::string t = "language_model.model.layers.2.mlp.experts.0.down_proj.weight_scale";
     const std::uint16_t zero = 0;
     patch(d, t, 5, &zero, 2);
-    check_throws("a zero INT4 scale", [&] { preread(d); }, {t, "finite and positive", ".safetensors"});
+    both_refuse("a zero INT4 scale", d, {t, "finite and positive", ".safetensors"});
     fs::remove_all(d);
   }
   {
@@ -204,7 +218,23 @@ void damaged() {
     const std::string t = "model.layers.1.mlp.experts.2.gate_proj.weight_scale_inv";
     const float nan = std::nanf("");
     patch(d, t, 0, &nan, 4);
-    check_throws("a NaN FP8 scale", [&] { preread(d); }, {t, "nan", "finite and positive", "model.safetensors"});
+    both_refuse("a NaN FP8 scale", d, {t, "nan", "finite and positive", "model.safetensors"});
+    fs::remove_all(d);
+  }
+  {
+    const fs::path d = copy_fixture("deepseek_v3_fp8", "fp8_code");
+    const std::string t = "model.layers.1.mlp.experts.2.up_proj.weight";
+    const std::uint8_t nan = 0xff;
+    patch(d, t, 3, &nan, 1);
+    both_refuse("a NaN FP8 code", d, {t, "nan", "weights must be finite", "model.safetensors"});
+    fs::remove_all(d);
+  }
+  {
+    const fs::path d = copy_fixture("llama", "flt_max");
+    const std::string t = "model.layers.0.mlp.down_proj.weight";
+    const float big = 3.4e38f;
+    patch(d, t, 2, &big, 4);
+    both_refuse("a float32 weight beyond bfloat16's range", d, {t, "beyond bfloat16's range", ".safetensors"});
     fs::remove_all(d);
   }
   {
@@ -212,14 +242,14 @@ void damaged() {
     const std::string t = "model.layers.1.mlp.down_proj.weight";
     const std::uint16_t nan = 0x7fc0;
     patch(d, t, 7, &nan, 2);
-    check_throws("a NaN bf16 weight", [&] { preread(d); }, {t, "nan", "weights must be finite", ".safetensors"});
+    both_refuse("a NaN bf16 weight", d, {t, "nan", "weights must be finite", ".safetensors"});
     fs::remove_all(d);
   }
   {
     const fs::path d = copy_fixture("qwen3", "cut");
     const fs::path shard = d / "model-00002-of-00004.safetensors";
     fs::resize_file(shard, fs::file_size(shard) - 64);
-    check_throws("a shard truncated before it is opened", [&] { preread(d); }, {shard.string()});
+    both_refuse("a shard truncated before it is opened", d, {shard.string()});
     fs::remove_all(d);
   }
   {  // Truncated after the headers were read (a download still being written, a filesystem fault).
@@ -232,6 +262,9 @@ void damaged() {
     check_throws("a shard truncated after it was opened", [&] {
       cuda::HostTarget nowhere(nullptr);
       cuda::run_load_plan(cuda::plan_load(s, ckpt, cfg.quant), nowhere, cuda::LoaderOptions{});
+    }, {shard.string(), "ends at byte", "truncated"});
+    check_throws("a shard truncated after it was opened (CPU backend: no SIGBUS)", [&] {
+      (void)load_weights(ckpt, cfg, {0, 1});
     }, {shard.string(), "ends at byte", "truncated"});
     fs::remove_all(d);
   }

@@ -25,7 +25,7 @@ std::vector<int64_t> read_i64(const Checkpoint& ck, const std::string& name) {
   EXPECT_EQ(t.dtype, DType::I64) << name;
   EXPECT_EQ(t.shape.size(), 1u) << name;
   std::vector<int64_t> v(std::size_t(t.shape.at(0)));
-  std::memcpy(v.data(), t.data, v.size() * sizeof(int64_t));
+  std::memcpy(v.data(), ck.read_bytes(name).data(), v.size() * sizeof(int64_t));
   return v;
 }
 
@@ -82,14 +82,18 @@ TEST(QuantFormats, EveryFp8CodeDecodesAsTorchDoes) {
   const TensorInfo& codes = ck.info("codes");
   ASSERT_EQ(codes.dtype, DType::F8_E4M3);
   ASSERT_EQ(codes.shape, std::vector<int64_t>{256});
-  const std::vector<float> torch_values = ck.read("values", {256});
+  // read_bytes: the values include torch's NaNs, which Checkpoint::read refuses as weights.
+  ASSERT_EQ(ck.info("values").dtype, DType::F32);
+  std::vector<float> torch_values(256);
+  std::memcpy(torch_values.data(), ck.read_bytes("values").data(), 256 * sizeof(float));
 
+  const std::vector<std::byte> bytes = ck.read_bytes("codes");
   std::vector<float> ours(256), via_to_float(256);
   for (int i = 0; i < 256; ++i) {
-    ASSERT_EQ(std::to_integer<int>(codes.data[i]), i);
+    ASSERT_EQ(std::to_integer<int>(bytes[std::size_t(i)]), i);
     ours[std::size_t(i)] = fp8_e4m3fn_to_float(uint8_t(i));
   }
-  to_float(DType::F8_E4M3, codes.data, via_to_float.data(), 256);
+  to_float(DType::F8_E4M3, bytes.data(), via_to_float.data(), 256);
   expect_same_bits(ours, torch_values, "fp8_e4m3fn_to_float");
   expect_same_bits(via_to_float, torch_values, "to_float(F8_E4M3)");
   for (int i = 0; i < 256; ++i) EXPECT_EQ(std::isnan(ours[std::size_t(i)]), (i & 0x7f) == 0x7f) << i;
@@ -102,7 +106,8 @@ TEST(QuantFormats, EveryFp8CodeDecodesAsTorchDoes) {
 
 struct Fp8BlockCase {
   std::string name;
-  const std::byte* weight = nullptr;
+  std::vector<std::byte> stored_weight, stored_scale_inv;  // as read from the fixture
+  const std::byte* weight = nullptr;                        // stored_weight's, or a misaligned copy
   const std::byte* scale_inv = nullptr;
   int64_t out = 0, in = 0, block_rows = 0, block_cols = 0;
   std::vector<float> expected;  // [out, in]
@@ -121,8 +126,10 @@ Fp8BlockCase load_fp8_block_case(const Checkpoint& ck, const std::string& name) 
   const TensorInfo& s = ck.info(name + ".weight_scale_inv");
   EXPECT_EQ(w.dtype, DType::F8_E4M3);
   EXPECT_EQ(s.dtype, DType::F32);
-  c.weight = w.data;
-  c.scale_inv = s.data;
+  c.stored_weight = ck.read_bytes(w.name);
+  c.stored_scale_inv = ck.read_bytes(s.name);
+  c.weight = c.stored_weight.data();  // a moved vector keeps its buffer
+  c.scale_inv = c.stored_scale_inv.data();
   c.out = w.shape.at(0);
   c.in = w.shape.at(1);
   const std::vector<int64_t> block = read_i64(ck, name + ".block_size");
@@ -161,7 +168,8 @@ TEST(QuantFormats, Fp8BlocksNeedNoAlignment) {
 
 struct Int4Case {
   std::string name;
-  const std::byte* packed = nullptr;
+  std::vector<std::byte> stored_packed, stored_scale;  // as read from the fixture
+  const std::byte* packed = nullptr;                    // stored_packed's, or a misaligned copy
   const std::byte* scale = nullptr;
   DType scale_dtype = DType::BF16;
   int64_t out = 0, in = 0, group = 0;
@@ -187,8 +195,10 @@ Int4Case load_int4_case(const Checkpoint& ck, const std::string& name) {
   EXPECT_EQ(packed.dtype, DType::I32);
   EXPECT_EQ(packed.shape, (std::vector<int64_t>{c.out, (c.in + 7) / 8}));
   EXPECT_EQ(scale.shape, (std::vector<int64_t>{c.out, (c.in + c.group - 1) / c.group}));
-  c.packed = packed.data;
-  c.scale = scale.data;
+  c.stored_packed = ck.read_bytes(packed.name);
+  c.stored_scale = ck.read_bytes(scale.name);
+  c.packed = c.stored_packed.data();
+  c.scale = c.stored_scale.data();
   c.scale_dtype = scale.dtype;
   EXPECT_EQ(ck.info(name + ".weight").dtype, scale.dtype) << "compressed-tensors decompresses to the scale's dtype";
   c.expected = ck.read(name + ".weight", {c.out, c.in});

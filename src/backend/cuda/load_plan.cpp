@@ -64,7 +64,9 @@ LoadPlan plan_load(const LocalShape& shape, const Checkpoint& ckpt, const QuantC
         const PackedLayout l = packed_layout(ckpt, quant, p.tensor, p.out_full, p.in_full, p.win);
         const bool data = p.fill == Placement::Fill::PackedData;
         c.src = data ? l.data : l.scales;
-        c.check = data ? WeightCopy::Check::None : WeightCopy::Check::PositiveScale;
+        c.check = !data ? ValueRule::PositiveScale
+                  : l.shape.format == PackedLinear::Format::Fp8Block ? ValueRule::Finite  // FP8 NaN codes
+                                                                     : ValueRule::None;
         LT_CHECK(std::size_t(c.src.bytes()) == p.bytes, "cuda backend: ", p.tensor, " reads as ", c.src.bytes(),
                  data ? " packed" : " scale", " bytes, the device layout expects ", p.bytes);
         (data ? (l.shape.format == PackedLinear::Format::Fp8Block ? plan.fp8_bytes : plan.int4_bytes)

@@ -14,6 +14,7 @@
 #include "model/packed_weights.hpp"
 #include "model/quant_config.hpp"
 #include "model/safetensors.hpp"
+#include "model/stored_window.hpp"
 
 namespace layertap::cuda {
 
@@ -25,14 +26,9 @@ struct WeightCopy {
     RouterHigh,  // bf16(w)
     RouterLow,   // bf16(w - bf16(w))
   };
-  enum class Check : std::uint8_t {
-    Finite,         // every value finite (float weights, norms, biases)
-    PositiveScale,  // every value finite and > 0 (FP8 weight_scale_inv, INT4 weight_scale)
-    None,           // FP8 codes, INT4 words (any bit pattern decodes)
-  };
   StoredWindow src;
   Convert convert = Convert::AsStored;
-  Check check = Check::Finite;
+  ValueRule check = ValueRule::Finite;  // model/stored_window.hpp: the rule both backends apply
   std::size_t dst = 0;        // byte offset in the resident block
   std::size_t dst_bytes = 0;  // src.rows rows of dst_bytes / src.rows bytes each
 };

@@ -1,16 +1,11 @@
 #include "backend/cuda/weight_loader.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,13 +15,13 @@
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/stop_request.hpp"
+#include "model/stored_window.hpp"
 
 namespace layertap::cuda {
 
 namespace {
 
 using Convert = WeightCopy::Convert;
-using Check = WeightCopy::Check;
 
 // Rows [row0, row0 + rows) of one copy's window: what one slot holds.
 struct Chunk {
@@ -36,111 +31,11 @@ struct Chunk {
 
 std::size_t out_row_bytes(const WeightCopy& c) { return c.src.rows > 0 ? c.dst_bytes / std::size_t(c.src.rows) : 0; }
 
-// The checkpoint files of a plan, opened once for pread (thread-safe).
-class Files {
- public:
-  explicit Files(const LoadPlan& plan) {
-    for (const WeightCopy& c : plan.copies) {
-      const std::string& path = c.src.tensor->file;
-      if (fds_.count(path)) continue;
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      LT_CHECK(fd >= 0, "cannot open weights file '", path, "': ", std::strerror(errno));
-      fds_.emplace(path, fd);
-    }
-  }
-  ~Files() {
-    for (const auto& [path, fd] : fds_) ::close(fd);
-  }
-  Files(const Files&) = delete;
-  Files& operator=(const Files&) = delete;
-
-  // `bytes` at `offset` of the file holding `t`, all of them or an error naming file and tensor.
-  void read(const TensorInfo& t, std::uint64_t offset, std::byte* out, std::size_t bytes) const {
-    const int fd = fds_.at(t.file);
-    std::size_t done = 0;
-    while (done < bytes) {
-      const ssize_t n = ::pread(fd, out + done, bytes - done, off_t(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      LT_CHECK(n >= 0, "cannot read weights file '", t.file, "' (tensor '", t.name, "'): ", std::strerror(errno));
-      LT_CHECK(n > 0, "weights file '", t.file, "' ends at byte ", offset + done, ", inside tensor '", t.name,
-                "' (the file was truncated after its header was read)");
-      done += std::size_t(n);
-    }
-  }
-
- private:
-  std::map<std::string, int> fds_;
-};
-
-// Rows [r0, r0 + rows) of window `w` into `out` (rows x w.width bytes).
-void read_rows(const Files& files, const StoredWindow& w, std::int64_t r0, std::int64_t rows, std::byte* out) {
-  const std::uint64_t base = w.tensor->offset + std::uint64_t(w.byte0);
-  if (w.width == w.row_bytes) {
-    files.read(*w.tensor, base + std::uint64_t((w.row0 + r0) * w.row_bytes), out, std::size_t(rows * w.width));
-    return;
-  }
-  for (std::int64_t r = 0; r < rows; ++r)
-    files.read(*w.tensor, base + std::uint64_t((w.row0 + r0 + r) * w.row_bytes), out + r * w.width,
-               std::size_t(w.width));
-}
-
-float value_at(DType d, const std::byte* p, std::size_t i) {
-  switch (d) {
-    case DType::F32: {
-      float f;
-      std::memcpy(&f, p + 4 * i, 4);
-      return f;
-    }
-    case DType::BF16: {
-      std::uint16_t b;
-      std::memcpy(&b, p + 2 * i, 2);
-      return bf16_to_float(b);
-    }
-    default: {
-      std::uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      return fp16_to_float(h);
-    }
-  }
-}
-
-[[noreturn]] void bad_value(const WeightCopy& c, const Chunk& k, std::size_t i, float v) {
-  const StoredWindow& w = c.src;
-  const std::int64_t esize = std::int64_t(dtype_size(w.tensor->dtype)), cols = w.width / esize;
-  const std::int64_t row = w.row0 + k.row0 + std::int64_t(i) / cols, col = w.byte0 / esize + std::int64_t(i) % cols;
-  const std::string at = w.tensor->shape.size() == 1 ? cat("[", col, "]") : cat("[", row, ", ", col, "]");
-  if (c.check == Check::PositiveScale)
-    LT_FAIL("tensor '", w.tensor->name, "' in '", w.tensor->file, "' holds the scale ", v, " at ", at,
-            ": quantization scales must be finite and positive (a damaged or incomplete download?)");
-  LT_FAIL("tensor '", w.tensor->name, "' in '", w.tensor->file, "' holds ", v, " at ", at,
-          ": weights must be finite (a damaged or incomplete download?)");
-}
-
-// Checks `n` stored values of a window (AsStored copies).
-void check_stored(const WeightCopy& c, const Chunk& k, const std::byte* p, std::size_t n) {
-  if (c.check == Check::None) return;
-  const DType d = c.src.tensor->dtype;
-  if (d == DType::BF16 && c.check == Check::Finite) {  // the common case, one compare per value
-    bool ok = true;
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint16_t b;
-      std::memcpy(&b, p + 2 * i, 2);
-      ok &= (b & 0x7f80u) != 0x7f80u;
-    }
-    if (ok) return;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = value_at(d, p, i);
-    if (!std::isfinite(v) || (c.check == Check::PositiveScale && !(v > 0.0f))) bad_value(c, k, i, v);
-  }
-}
-
-// Converts `n` values of the window from `in` to `out`, checking each.
-void convert(const WeightCopy& c, const Chunk& k, const std::byte* in, std::byte* out, std::size_t n) {
+// Converts `n` values of the window from `in` to `out` (checked before, as stored).
+void convert(const WeightCopy& c, const std::byte* in, std::byte* out, std::size_t n) {
   const DType d = c.src.tensor->dtype;
   for (std::size_t i = 0; i < n; ++i) {
-    const float v = value_at(d, in, i);
-    if (!std::isfinite(v)) bad_value(c, k, i, v);
+    const float v = stored_value(d, in, i);
     if (c.convert == Convert::ToFloat32) {
       std::memcpy(out + 4 * i, &v, 4);
       continue;
@@ -174,7 +69,7 @@ LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOp
     const std::int64_t per = std::int64_t(slot_bytes / row);
     for (std::int64_t r = 0; r < c.src.rows; r += per) chunks.push_back({i, r, std::min(per, c.src.rows - r)});
   }
-  const Files files(plan);
+  const std::uint64_t calls0 = window_read_calls();
   std::atomic<std::size_t> next{0}, written{0};
   std::atomic<bool> failed{false};
   std::atomic<std::int64_t> peak{anonymous_resident_bytes()};
@@ -204,12 +99,13 @@ LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOp
         const std::size_t values = in_bytes / dtype_size(c.src.tensor->dtype);
         target.wait(t, k);
         if (c.convert == Convert::AsStored) {
-          read_rows(files, c.src, ch.row0, ch.rows, slots[std::size_t(k)]);
-          check_stored(c, ch, slots[std::size_t(k)], values);
+          read_window_rows(c.src, ch.row0, ch.rows, slots[std::size_t(k)]);
+          check_window_values(c.src, ch.row0, slots[std::size_t(k)], values, c.check);
         } else {
           raw.resize(slot_bytes);
-          read_rows(files, c.src, ch.row0, ch.rows, raw.data());
-          convert(c, ch, raw.data(), slots[std::size_t(k)], values);
+          read_window_rows(c.src, ch.row0, ch.rows, raw.data());
+          check_window_values(c.src, ch.row0, raw.data(), values, c.check);
+          convert(c, raw.data(), slots[std::size_t(k)], values);
         }
         target.put(t, k, c.dst + std::size_t(ch.row0) * out_row_bytes(c), slots[std::size_t(k)], out_bytes);
         written += out_bytes;
@@ -241,6 +137,7 @@ LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOp
   stats.bytes_read = plan.read_bytes;
   stats.bytes_written = written.load();
   stats.copies = plan.copies.size();
+  stats.read_calls = window_read_calls() - calls0;  // this process's: the ranks of a node load at once
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.peak_anonymous_bytes = peak.load();
   return stats;

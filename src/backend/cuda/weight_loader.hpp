@@ -23,6 +23,7 @@ struct LoadStats {
   std::size_t bytes_read = 0;     // from the checkpoint
   std::size_t bytes_written = 0;  // to the target
   std::size_t copies = 0;
+  std::uint64_t read_calls = 0;   // pread/preadv calls (model/stored_window.hpp)
   double seconds = 0;
   std::int64_t peak_anonymous_bytes = 0;  // RssAnon sampled after each chunk
 };
@@ -53,7 +54,8 @@ class HostTarget final : public LoadTarget {
 };
 
 // Runs every copy of `plan` into `target`. Throws naming the tensor and file on a short read, or on a
-// non-finite weight or a scale that is not finite and positive; throws Stopped when a stop signal
+// value that breaks its copy's ValueRule, or on a float32 weight beyond bfloat16's range where it
+// is rounded to bf16; throws Stopped when a stop signal
 // arrives (core/stop_request.hpp).
 LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOptions& options);
 
