@@ -153,6 +153,26 @@ class Hostile(unittest.TestCase):
             (d / "model.safetensors").write_bytes(struct.pack("<Q", 2**62) + raw[8:])
             self.expect_refused(["model.safetensors", "header length"], model=d)
 
+    # ---- stored values: the one rule both backends and the pre-read apply (docs/MODELS.md) ----
+
+    def test_weight_values(self):
+        tensor = "model.layers.0.mlp.down_proj.weight"  # float32 in the llama fixture
+
+        def poke(value):
+            def edit(h, data):
+                assert h[tensor]["dtype"] == "F32"
+                start = h[tensor]["data_offsets"][0] + 4 * 5  # element [0, 5]
+                return json.dumps(h), data[:start] + struct.pack("<f", value) + data[start + 4:]
+            return edit
+
+        rows = [("nan", float("nan"), "weights must be finite"),
+                ("inf", float("-inf"), "weights must be finite"),
+                ("flt_max", 3.4e38, "beyond bfloat16's range")]
+        for name, value, why in rows:
+            with self.subTest(name):
+                self.expect_refused([tensor, "model.safetensors", "[0, 5]", why],
+                                    model=self.with_header("value_" + name, poke(value)))
+
     def test_fifo_weights_do_not_hang(self):
         d = self.model_copy("fifo")
         (d / "model.safetensors").unlink()
@@ -167,6 +187,10 @@ class Hostile(unittest.TestCase):
                 index = {"weight_map": {k: target for k in header if k != "__metadata__"}}
                 (d / "model.safetensors.index.json").write_text(json.dumps(index))
                 self.expect_refused(["model.safetensors.index.json", "maps to"], model=d)
+        with self.subTest("empty weight_map"):
+            d = self.model_copy("index_no_tensors")
+            (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+            self.expect_refused(["model.safetensors.index.json", "empty weight_map"], model=d)
 
     # ---- config.json: ranges and types, named by key ----
 
