@@ -1,5 +1,5 @@
-// Quantized weights kept packed on the device and expanded to bf16 before a product (DESIGN.md
-// section 10): DeepSeek FP8 blocks and compressed-tensors INT4 groups. Each element equals
+// Quantized weights kept packed on the device and expanded to bf16 before a product (docs/GPU.md,
+// "What runs where"): DeepSeek FP8 blocks and compressed-tensors INT4 groups. Each element equals
 // float_to_bf16 of what the CPU decoders (src/model/quant_formats.cpp) give, bit for bit: the
 // device path and the float32-upload path hold the same bf16 weights. Also the seeded random
 // packed weights of the synthetic models. Usable from host C++ (g++) and from .cu files.

@@ -1,8 +1,9 @@
 // Lossless compression of /hidden_states (docs/FORMAT.md, "Storage options").
 //
-// layertap compresses whole chunks itself, on worker threads (io/chunk_pipeline.hpp), and hands
-// the finished bytes to HDF5 with H5Dwrite_chunk; the dataset records the standard HDF5 filter
-// pipeline those bytes follow, so any HDF5 reader with the filter decodes them:
+// layertap compresses whole chunks itself, on worker threads (ChunkPipeline in
+// io/shard_writer.cpp), and hands the finished bytes to HDF5 with H5Dwrite_chunk; the dataset
+// records the standard HDF5 filter pipeline those bytes follow, so any HDF5 reader with the
+// filter decodes them:
 //   byte shuffle (HDF5's built-in filter 2; left out for 1-byte elements), then
 //   lz4   registered filter 32004 (the "HDF5 LZ4 filter": Debian's hdf5-filter-plugin, PyPI
 //         hdf5plugin.LZ4), one block per chunk;

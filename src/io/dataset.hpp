@@ -1,4 +1,4 @@
-// Pre-tokenized JSON Lines input (DESIGN.md section 5): one sample per non-blank line,
+// Pre-tokenized JSON Lines input (`extract --data`): one sample per non-blank line,
 //   {"input_ids": [1, 2, ...], "loss_mask": [0, 1, ...], "id": "abc"}
 // `loss_mask` is optional (default all 1); `id` is optional (a string or an integer; default the
 // sample's index as a string). Other keys are ignored.

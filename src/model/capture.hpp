@@ -1,5 +1,5 @@
-// Capture points (DESIGN.md section 2). A point names one residual-stream state; with
-// L = num_hidden_layers its id is:
+// Capture points (docs/FORMAT.md, "The capture convention `layertap-v1`"). A point names one
+// residual-stream state; with L = num_hidden_layers its id is:
 //   k in 0..L-1  the input to decoder layer k (0 = embedding output) = HF hidden_states[k]
 //   L            "last": the output of the last decoder layer, before the final norm
 //   L + 1        "final": after the final norm (what the LM head reads) = HF hidden_states[L]

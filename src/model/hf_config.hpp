@@ -1,6 +1,6 @@
 // The subset of a Hugging Face config.json that layertap's decoder families need, validated once.
 // A decoder layer is assembled from parts chosen here per layer: an attention part (GQA or MLA)
-// and an FFN part (dense SwiGLU or MoE); see DESIGN.md section 10.
+// and an FFN part (dense SwiGLU or MoE); see docs/MODELS.md, "Architectures".
 #pragma once
 #include <cstdint>
 #include <optional>

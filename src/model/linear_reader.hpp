@@ -1,7 +1,8 @@
 // Reads the weight of one Linear module as float32, whatever format the checkpoint stores it in:
 // plain float (F32/F16/BF16 `X.weight`), DeepSeek FP8 blocks (`X.weight` float8_e4m3fn +
 // `X.weight_scale_inv`) or compressed-tensors int4 groups (`X.weight_packed`, `X.weight_scale`,
-// `X.weight_shape`). The one place where tensor formats are decoded (DESIGN.md section 10).
+// `X.weight_shape`). The one place where tensor formats are decoded (docs/MODELS.md, "Checkpoint
+// formats").
 #pragma once
 #include <cstdint>
 #include <string>

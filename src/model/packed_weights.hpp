@@ -1,6 +1,6 @@
 // Quantized Linear weights as the checkpoint stores them, for a backend that keeps them packed
-// (the CUDA backend: DESIGN.md section 10, "the GPU keeps weights packed and dequantizes per
-// layer"). The formats and the rules for which module is packed are LinearReader's
+// (the CUDA backend, which expands them to bf16 one layer at a time: docs/GPU.md, "What runs
+// where"). The formats and the rules for which module is packed are LinearReader's
 // (src/model/linear_reader.hpp); this reads the bytes of a tensor-parallel window instead of
 // decoding it, so the bytes decode to exactly the values LinearReader::read gives.
 #pragma once

@@ -13,7 +13,8 @@
 //   Float8_e4m3fn.h), an exact bit conversion; NaN codes come out as 0x7ff00000 / 0xfff00000.
 //
 // DeepSeek FP8 blocks: float32(w) * scale_inv of the element's block, one float32 multiplication
-//   (DESIGN.md section 10; not transformers' CPU path, which stretches the scale grid).
+//   (docs/MODELS.md, "Checkpoint formats"; not transformers' CPU path, which stretches the scale
+//   grid).
 //
 // compressed-tensors pack-quantized int4 (compressors/pack_quantized/):
 //   - pack_to_int32 (helpers.py): q in [-8, 7] is stored as q + 8; element i of a row goes to bit

@@ -1,6 +1,7 @@
-// Decoders of the quantized weight formats found in MoE checkpoints (DESIGN.md section 10), each
-// element-exact to the format's reference decoder. They decode a window of a 2-D [out, in] matrix
-// whose rows lie in memory as stored (any byte alignment) into float32, row-major [rows, cols].
+// Decoders of the quantized weight formats found in MoE checkpoints (docs/MODELS.md, "Checkpoint
+// formats"), each element-exact to the format's reference decoder. They decode a window of a 2-D
+// [out, in] matrix whose rows lie in memory as stored (any byte alignment) into float32,
+// row-major [rows, cols].
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,9 +1,9 @@
-// One rank's load plan for the CUDA backend (DESIGN.md section 11): every window of the checkpoint
-// this rank holds, where it goes in the resident device block, and how it is converted on the way
-// (bf16 as stored, fp16/fp32 rounded to bf16, FP8 codes and INT4 words with their scales as
-// stored). Pure host arithmetic over the config, the checkpoint's headers and the rank's layout
-// (DeviceWeights' placements): it reads nothing but INT4 weight_shape values, so a login node
-// without a GPU can plan and pre-read a job (weight_loader.hpp executes it).
+// One rank's load plan for the CUDA backend (docs/GPU.md, "Loading and planning"): every window
+// of the checkpoint this rank holds, where it goes in the resident device block, and how it is
+// converted on the way (bf16 as stored, fp16/fp32 rounded to bf16, FP8 codes and INT4 words with
+// their scales as stored). Pure host arithmetic over the config, the checkpoint's headers and the
+// rank's layout (DeviceWeights' placements): it reads nothing but INT4 weight_shape values, so a
+// login node without a GPU can plan and pre-read a job (weight_loader.hpp executes it).
 #pragma once
 #include <cstddef>
 #include <cstdint>
