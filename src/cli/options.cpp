@@ -98,8 +98,9 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
                 << all
                 << "\nExit codes: 0 done; 1 error (every rank stops, no manifest; also when another job holds --out);\n"
                    "3 --dry-run found that a real run would refuse to start (device or host memory, free space,\n"
-                   "--out in use), after printing the whole plan; 75 stopped by SIGTERM or SIGUSR1 after closing\n"
-                   "complete shards (manifest says \"complete\": false): rerun with --resume.\n";
+                   "--out in use), after printing the whole plan; 75 stopped by SIGTERM, SIGUSR1 or SIGINT\n"
+                   "(Ctrl-C; a second one ends at once) after closing complete shards (manifest says\n"
+                   "\"complete\": false): rerun with --resume.\n";
       return ParseOutcome::Exit;
     }
     if (vm.count("version")) {

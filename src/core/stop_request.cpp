@@ -8,7 +8,17 @@ namespace layertap {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
 const char* g_phase = nullptr;
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  // A second Ctrl-C while the first one's stop is under way ends the process now, as Ctrl-C does
+  // elsewhere: the default action, so the exit status says SIGINT. (A repeated SIGTERM does not:
+  // Slurm and mpirun may each deliver one for the same cancellation.)
+  if (sig == SIGINT && g_signal != 0) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+    return;
+  }
+  g_signal = sig;
+}
 }  // namespace
 
 void install_stop_handlers() {
@@ -18,6 +28,7 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;  // interrupted system calls (file writes) resume
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
 }
 
 bool stop_requested() { return g_signal != 0; }
@@ -26,6 +37,7 @@ const char* stop_signal_name() {
   switch (g_signal) {
     case SIGTERM: return "SIGTERM";
     case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
     default: return "";
   }
 }

@@ -1,6 +1,7 @@
-// Graceful stop: SIGTERM and SIGUSR1 (Slurm's --signal and time-limit warning) only set a flag;
+// Graceful stop: SIGTERM, SIGUSR1 (Slurm's --signal and time-limit warning) and SIGINT (Ctrl-C)
+// only set a flag; a second SIGINT ends the process at once (as SIGINT's default action). The flag:
 // the batch loop polls it, finishes the batch in flight, closes complete shards and exits with
-// kExitInterrupted so a requeued job resumes. Before the batch loop (parsing, indexing, mapping,
+// kExitInterrupted so a requeued job resumes. Before the batch loop (parsing, indexing, opening,
 // reading weights, waiting for other ranks) the long loops call stop_point, which throws Stopped:
 // the run ends within seconds with kExitInterrupted, having written no shard or manifest.
 #pragma once
@@ -12,9 +13,9 @@ namespace layertap {
 
 inline constexpr int kExitInterrupted = 75;  // EX_TEMPFAIL: "try again"
 
-void install_stop_handlers();  // SIGTERM, SIGUSR1
+void install_stop_handlers();  // SIGTERM, SIGUSR1, SIGINT
 bool stop_requested();
-const char* stop_signal_name();  // "SIGTERM", "SIGUSR1" or "" when none arrived
+const char* stop_signal_name();  // "SIGTERM", "SIGUSR1", "SIGINT" or "" when none arrived
 
 // A stop signal that arrived before the batch loop, while `phase` ran.
 class Stopped : public Error {

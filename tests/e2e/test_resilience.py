@@ -4,8 +4,9 @@
 - kill: SIGKILL (failpoints) on one rank or all, during a forward, during a shard write and
   before the manifest; `--resume` must then give the same samples, tokens and states (float32
   tolerance) as an uninterrupted run, with no sample lost or duplicated.
-- signals: SIGTERM and SIGUSR1 sent to one rank mid-run: exit code 75, an incomplete manifest,
-  and a resume that completes.
+- signals: SIGTERM, SIGUSR1 and SIGINT sent to one rank mid-run: exit code 75, an incomplete
+  manifest, and a resume that completes; Ctrl-C once (graceful) and twice (at once) without
+  mpirun, and to mpirun.
 - a resume with different settings is refused naming what differs; a fresh run into a used
   directory is refused.
 - NaN/Inf states: the job fails naming the sample, or skips and lists it (--on-nonfinite skip).
@@ -136,7 +137,7 @@ class Resilience(unittest.TestCase):
         return proc.returncode, time.monotonic() - sent, "".join(log), data
 
     def test_sigterm_and_sigusr1_stop_gracefully_and_resume(self):
-        for sig, rank in ((signal.SIGTERM, 1), (signal.SIGUSR1, 0)):
+        for sig, rank in ((signal.SIGTERM, 1), (signal.SIGUSR1, 0), (signal.SIGINT, 1)):
             with self.subTest(signal=sig.name):
                 out = self.tmp / f"signal-{sig.name}"
                 code, seconds, log, data = self.stop_with_signal(sig, out, rank)
@@ -151,6 +152,66 @@ class Resilience(unittest.TestCase):
                 final, samples = read_output(out)
                 self.assertTrue(final["complete"])
                 self.assertEqual([s[0] for s in samples], list(range(3000)))
+
+    def test_ctrl_c(self):
+        """Ctrl-C: the first stops after the batch in flight (resumable, exit 75); a second ends the
+        process at once (killed by SIGINT, no manifest). Under mpirun, Open MPI turns Ctrl-C into
+        SIGTERM to the ranks: they stop gracefully, and mpirun exits 1 whatever they return."""
+        data = self.tmp / "long.jsonl"
+        if not data.exists():
+            write_dataset(data, 3000, seed=11)
+
+        def start(cmd):
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    env=dict(ENV, LAYERTAP_FAILPOINT=""))
+            log = []
+            for line in proc.stdout:
+                log.append(line)
+                if "progress" in line:
+                    return proc, log
+            self.fail("no progress line:\n" + "".join(log))
+
+        single = [a for a in self.command(1, "OUT", ["--progress-seconds", "0.1", "--threads", "1"], data=data,
+                                          log_level="info")][6:]  # without mpirun and its options
+        self.assertEqual(single[0], ARGS.layertap)
+        for presses in (1, 2):
+            with self.subTest(presses=presses):
+                out = self.tmp / f"ctrl-c-{presses}"
+                proc, log = start([str(out) if a == "OUT" else a for a in single])
+                proc.send_signal(signal.SIGINT)
+                if presses == 2:
+                    time.sleep(0.05)
+                    proc.send_signal(signal.SIGINT)
+                rest, _ = proc.communicate(timeout=120)
+                log = "".join(log) + rest
+                if presses == 1:
+                    self.assertEqual(proc.returncode, 75, log[-3000:])
+                    self.assertIn("stop requested (SIGINT)", log)
+                    self.assertFalse(json.loads((out / "manifest.json").read_text())["complete"])
+                else:
+                    self.assertEqual(proc.returncode, -signal.SIGINT, log[-3000:])
+                    # Killed wherever it was: at most the first stop's incomplete manifest.
+                    if (out / "manifest.json").exists():
+                        self.assertFalse(json.loads((out / "manifest.json").read_text())["complete"])
+                p = self.run_job(1, out, ["--resume", "--threads", "1"], data=data)
+                self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+                final, samples = read_output(out)
+                self.assertTrue(final["complete"])
+                self.assertEqual([s[0] for s in samples], list(range(3000)))
+
+        with self.subTest("mpirun"):
+            out = self.tmp / "ctrl-c-mpirun"
+            proc, log = start(self.command(2, out, ["--progress-seconds", "0.1", "--threads", "1"], data=data,
+                                           log_level="info"))
+            proc.send_signal(signal.SIGINT)
+            rest, _ = proc.communicate(timeout=120)
+            log = "".join(log) + rest
+            self.assertNotEqual(proc.returncode, 0, log[-3000:])
+            self.assertIn("stop requested (SIGTERM)", log)  # Open MPI forwards Ctrl-C as SIGTERM
+            self.assertFalse(json.loads((out / "manifest.json").read_text())["complete"])
+            p = self.run_job(2, out, ["--resume"], data=data)
+            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+            self.assertTrue(read_output(out)[0]["complete"])
 
     def test_resume_with_different_settings_is_refused(self):
         out = self.tmp / "refuse"
