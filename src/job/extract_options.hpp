@@ -4,10 +4,9 @@
 #include <cstdint>
 #include <string>
 
-namespace layertap {
+#include "model/packed_batch.hpp"  // kMaxBatchTokens: --max-batch-tokens' upper bound
 
-// The largest --max-batch-tokens (16M tokens: far beyond any device's memory at any width).
-inline constexpr int64_t kMaxBatchTokens = int64_t(1) << 24;
+namespace layertap {
 
 struct ExtractOptions {
   std::string model;             // Hugging Face model directory

@@ -6,6 +6,10 @@
 
 namespace layertap {
 
+// The most tokens one batch may hold, the bound of --max-batch-tokens (16M tokens: far beyond any
+// device's memory at any width).
+inline constexpr int64_t kMaxBatchTokens = int64_t(1) << 24;
+
 struct PackedBatch {
   std::vector<int32_t> tokens;   // [T]
   std::vector<int64_t> offsets;  // [S+1], offsets[0] = 0, offsets[S] = T

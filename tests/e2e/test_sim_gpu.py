@@ -134,6 +134,13 @@ class SimulatedGpu(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("NCCL connected: 64.0 MiB of device memory, taken before the memory plan was checked", r.stderr)
 
+    def test_dry_run_offers_no_batch_beyond_the_option_bound(self):
+        # A tiny model on an 80 GiB card would fit far more tokens than --max-batch-tokens takes.
+        r = extract(self.tmp / "cap-dry", "llama_tp", 1, "--backend", "cuda", "--dry-run", "--gpu-memory", "80",
+                    env=dict(ENV, LAYERTAP_SIM_DEVICES="0"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("(16777216 tokens per batch, the most --max-batch-tokens allows, would fit)", r.stdout)
+
     def test_one_gpu_per_task_runs(self):
         out = self.tmp / "per-task"
         r = self.mpmd(out, ["1", "2"])

@@ -1,10 +1,12 @@
 #include "backend/cuda/memory_plan.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/workspace.hpp"
 #include "core/error.hpp"
+#include "model/packed_batch.hpp"
 
 namespace layertap::cuda {
 
@@ -44,7 +46,7 @@ std::int64_t max_tokens_that_fit(const MemoryPlan& p, std::size_t free_bytes, co
   const std::size_t fixed = p.workspace_bytes - p.per_token_bytes * std::size_t(o.max_batch_tokens);
   const std::size_t room = p.weight_bytes + p.scratch_bytes + fixed + kDeviceHeadroomBytes;
   if (room >= free_bytes || p.per_token_bytes == 0) return -1;
-  return std::int64_t((free_bytes - room) / p.per_token_bytes);
+  return std::int64_t(std::min<std::size_t>((free_bytes - room) / p.per_token_bytes, std::size_t(kMaxBatchTokens)));
 }
 
 std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::size_t free_bytes,
@@ -59,9 +61,11 @@ std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::
   r += cat("  workspace  ", gib(p.workspace_bytes), " at ", o.max_batch_tokens, " tokens (", p.per_token_bytes / 1024,
            " KiB per token), of which capture buffers ", gib(p.capture_bytes),
            s.tp_rank == 0 ? cat(" (", o.max_capture_points, " points)") : std::string(" (not the writer: none)"), "\n");
-  r += cat("  headroom   ", gib(kDeviceHeadroomBytes), " for cuBLAS, NCCL and the context\n");
+  r += cat("  headroom   ", gib(kDeviceHeadroomBytes), " for cuBLASLt, the kernels and the context\n");
   r += cat("  device     ", gib(need), " of ", gib(free_bytes), need <= free_bytes ? ": fits" : ": does NOT fit",
-           most >= 0 ? cat(" (up to ", most, " tokens per batch would fit)") : std::string(" (not even the weights fit)"),
+           most == kMaxBatchTokens ? cat(" (", most, " tokens per batch, the most --max-batch-tokens allows, would fit)")
+           : most >= 0             ? cat(" (up to ", most, " tokens per batch would fit)")
+                                   : std::string(" (not even the weights fit)"),
            "\n");
   return r;
 }
@@ -80,7 +84,7 @@ void check_fits(const MemoryPlan& p, std::size_t free_bytes, const std::string& 
   LT_FAIL("the CUDA backend does not fit on ", device, ": weights ", gib(p.weight_bytes), weights, " + workspace ",
           gib(p.workspace_bytes), " (max_batch_tokens ",
           o.max_batch_tokens, ", ", o.max_capture_points, " capture points) + ", gib(kDeviceHeadroomBytes),
-          " headroom for cuBLAS and NCCL = ", gib(need), ", but only ", gib(free_bytes), " are free (", fits,
+          " headroom for cuBLASLt and the context = ", gib(need), ", but only ", gib(free_bytes), " are free (", fits,
           "). Lower --max-batch-tokens, raise --tp (each rank holds 1/tp of the weights) or free the GPU.");
 }
 

@@ -10,7 +10,8 @@
 
 namespace layertap::cuda {
 
-// Device memory left unclaimed for cuBLASLt's and NCCL's own buffers and the context's growth.
+// Device memory left unclaimed for cuBLASLt's workspace, the kernels and the context's growth. NCCL's
+// buffers are not in it: NcclComm connects before free memory is measured (comm/nccl_comm.hpp).
 inline constexpr std::size_t kDeviceHeadroomBytes = std::size_t(768) << 20;
 
 struct MemoryPlan {
