@@ -1,10 +1,13 @@
 #include "model/quant_config.hpp"
 
 #include <re2/re2.h>
+#include <re2/set.h>
 
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "core/error.hpp"
+#include "core/stop_request.hpp"
 #include "core/text.hpp"
 #include "model/json_fields.hpp"
 
@@ -17,35 +20,21 @@ using nlohmann::json;
 constexpr std::size_t kMaxPatternChars = 512;
 constexpr int64_t kMaxBlock = 1 << 16;  // FP8 block sides and INT4 group sizes
 
-// Splits `entries` into plain names (kept in `names`) and compiled "re:" patterns.
-void compile(const json& entries, const char* key, const std::string& src, std::vector<std::string>& names,
-             std::vector<std::shared_ptr<const re2::RE2>>& patterns) {
+// RE2's memory budget for one list's patterns (its default is 8 MiB per regexp), and the most
+// patterns a list may hold: 50,000 compile in about a second within it; from about 100,000 RE2
+// runs out of it (and from about 200,000 its parser logs on every pattern), so they are refused
+// first. Real lists hold a few dozen.
+constexpr int64_t kMaxPatternSetBytes = int64_t(256) << 20;
+constexpr std::size_t kMaxPatterns = 50'000;
+
+// Appends the string entries of list `key` to `names`.
+void collect(const json& entries, const char* key, const std::string& src, std::vector<std::string>& names) {
   if (entries.is_null()) return;
   LT_CHECK(entries.is_array(), src, ": quantization_config '", key, "' must be a list");
   for (const json& e : entries) {
     LT_CHECK(e.is_string(), src, ": quantization_config '", key, "' holds a non-string entry ", excerpt(e.dump()));
-    const std::string s = e.get<std::string>();
-    names.push_back(s);
-    if (s.rfind("re:", 0) != 0) continue;
-    LT_CHECK(s.size() <= kMaxPatternChars, src, ": quantization_config '", key, "' pattern '", excerpt(s),
-             "' is longer than ", kMaxPatternChars, " characters");
-    RE2::Options options;
-    options.set_log_errors(false);
-    auto re = std::make_shared<const RE2>(s.substr(3), options);
-    LT_CHECK(re->ok(), src, ": quantization_config '", key, "' pattern '", excerpt(s),
-             "' is not a regular expression layertap can match in linear time (RE2 syntax: no backreferences or "
-             "lookaround): ", re->error());
-    patterns.push_back(std::move(re));
+    names.push_back(e.get<std::string>());
   }
-}
-
-bool matches(const std::string& module, const std::vector<std::string>& names,
-             const std::vector<std::shared_ptr<const re2::RE2>>& res, bool linear_matches) {
-  for (const auto& re : res)  // Python re.match: anchored at the start only
-    if (re->Match(module, 0, module.size(), RE2::ANCHOR_START, nullptr, 0)) return true;
-  for (const std::string& n : names)
-    if (n == module || (linear_matches && n == "Linear")) return true;
-  return false;
 }
 
 QuantConfig parse_fp8(const JsonFields& q) {
@@ -94,13 +83,65 @@ QuantConfig parse_compressed_tensors(const JsonFields& q) {
     LT_CHECK(c.group_size == 0 || c.group_size == group, w.where(), ": group_size ", group, " differs from ",
              c.group_size, " of another group");
     c.group_size = group;
-    compile(group_json.value("targets", json()), "targets", q.where(), c.targets, c.target_res);
+    collect(group_json.value("targets", json()), "targets", q.where(), c.targets);
   }
-  compile(q.raw().value("ignore", json()), "ignore", q.where(), c.ignore, c.ignore_res);
+  collect(q.raw().value("ignore", json()), "ignore", q.where(), c.ignore);
+  c.target_match = ModuleMatcher(c.targets, q.where(), "targets");
+  c.ignore_match = ModuleMatcher(c.ignore, q.where(), "ignore");
   return c;
 }
 
 }  // namespace
+
+struct ModuleMatcher::Compiled {
+  std::unordered_set<std::string> names;
+  std::unique_ptr<RE2::Set> patterns;  // null when the list has none
+  std::size_t pattern_count = 0;
+};
+
+ModuleMatcher::ModuleMatcher(const std::vector<std::string>& entries, const std::string& where, const char* key) {
+  auto c = std::make_shared<Compiled>();
+  RE2::Options options;
+  options.set_log_errors(false);
+  options.set_max_mem(kMaxPatternSetBytes);
+  auto set = std::make_unique<RE2::Set>(options, RE2::ANCHOR_START);
+  for (const std::string& s : entries) {
+    if (s.rfind("re:", 0) != 0) {
+      c->names.insert(s);
+      continue;
+    }
+    LT_CHECK(s.size() <= kMaxPatternChars, where, ": quantization_config '", key, "' pattern '", excerpt(s),
+             "' is longer than ", kMaxPatternChars, " characters");
+    LT_CHECK(c->pattern_count < kMaxPatterns, where, ": quantization_config '", key, "' holds more than ",
+             kMaxPatterns, " \"re:\" patterns, the most layertap takes in one list");
+    std::string error;
+    LT_CHECK(set->Add(s.substr(3), &error) >= 0, where, ": quantization_config '", key, "' pattern '", excerpt(s),
+             "' is not a regular expression layertap can match in linear time (RE2 syntax: no backreferences or "
+             "lookaround): ", error);
+    if (++c->pattern_count % 1024 == 0) stop_point("reading quantization_config");
+  }
+  if (c->pattern_count > 0) {
+    stop_point("reading quantization_config");
+    LT_CHECK(set->Compile(), where, ": quantization_config '", key, "' holds ", c->pattern_count,
+             " patterns, more than RE2 compiles within ", kMaxPatternSetBytes >> 20, " MiB");
+    c->patterns = std::move(set);
+  }
+  compiled_ = std::move(c);
+}
+
+bool ModuleMatcher::matches(const std::string& module, bool linear_matches) const {
+  if (!compiled_) return false;
+  const Compiled& c = *compiled_;
+  if (c.names.count(module) != 0 || (linear_matches && c.names.count("Linear") != 0)) return true;
+  if (!c.patterns) return false;
+  RE2::Set::ErrorInfo info{};
+  if (c.patterns->Match(module, nullptr, &info)) return true;
+  LT_CHECK(info.kind == RE2::Set::kNoError, "quantization_config: matching '", excerpt(module),
+           "' against its patterns ran out of RE2's memory budget (", kMaxPatternSetBytes >> 20, " MiB)");
+  return false;
+}
+
+std::size_t ModuleMatcher::pattern_count() const { return compiled_ ? compiled_->pattern_count : 0; }
 
 QuantConfig parse_quant_config(const json& q, const std::string& src) {
   const JsonFields fields(q, src + " (quantization_config)");
@@ -112,8 +153,7 @@ QuantConfig parse_quant_config(const json& q, const std::string& src) {
 }
 
 bool QuantConfig::int4_packed(const std::string& module) const {
-  return method == Method::Int4Group && matches(module, targets, target_res, true) &&
-         !matches(module, ignore, ignore_res, false);
+  return method == Method::Int4Group && target_match.matches(module, true) && !ignore_match.matches(module, false);
 }
 
 std::string QuantConfig::describe() const {

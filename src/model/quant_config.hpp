@@ -12,11 +12,27 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace re2 {
-class RE2;
-}
-
 namespace layertap {
+
+// The entries of a quantization_config `targets` or `ignore` list, compiled once: exact names in a
+// hash set, every "re:" pattern in one RE2::Set, so a module name is matched in one linear-time
+// pass however many patterns the list holds (a config is data from the internet: 200,000 patterns,
+// or `(.+)+X`, must neither hang nor backtrack).
+class ModuleMatcher {
+ public:
+  ModuleMatcher() = default;  // matches nothing
+  // Throws naming `where`, `key` and the pattern when one does not compile or the set exceeds
+  // RE2's memory budget. Polls stop_point while it compiles (a huge list stays interruptible).
+  ModuleMatcher(const std::vector<std::string>& entries, const std::string& where, const char* key);
+  // compressed-tensors' rule: "re:" patterns as Python's re.match (anchored at the start only),
+  // other entries by exact name; with `linear_matches`, the entry "Linear" matches every module.
+  bool matches(const std::string& module, bool linear_matches) const;
+  std::size_t pattern_count() const;
+
+ private:
+  struct Compiled;
+  std::shared_ptr<const Compiled> compiled_;  // shared: a QuantConfig is copied
+};
 
 struct QuantConfig {
   enum class Method { None, Fp8Block, Int4Group };
@@ -25,9 +41,7 @@ struct QuantConfig {
   int64_t group_size = 0;                  // Int4Group: along the input dim
   std::vector<std::string> targets;        // Int4Group: "Linear" or "re:<regex>"
   std::vector<std::string> ignore;         // Int4Group: module names or "re:<regex>"
-  // Compiled "re:" entries of the two lists: RE2, linear in the name's length whatever the pattern
-  // (a config is data from the internet; a backtracking engine hangs on `(.+)+X`).
-  std::vector<std::shared_ptr<const re2::RE2>> target_res, ignore_res;
+  ModuleMatcher target_match, ignore_match;  // the two lists, compiled
 
   // Int4Group: whether module `name` (full tensor-name prefix, e.g.
   // "language_model.model.layers.3.mlp.experts.7.down_proj") is stored packed. compressed-tensors

@@ -270,7 +270,7 @@ TEST(HfConfigMoe, KimiK25WrapperReadsTextConfig) {
   EXPECT_EQ(c.quant.group_size, 32);
   EXPECT_EQ(c.quant.targets, std::vector<std::string>{"Linear"});
   EXPECT_EQ(c.quant.ignore.size(), 6u);
-  EXPECT_EQ(c.quant.ignore_res.size(), 6u);
+  EXPECT_EQ(c.quant.ignore_match.pattern_count(), 6u);
   EXPECT_EQ(c.quant.describe(), "int4 groups of 32 (compressed-tensors pack-quantized)");
   // Without a placeholder id the wrapper reports none.
   EXPECT_EQ(parse_model_config(with(fixture_config("kimi_k25_int4"), R"("media_placeholder_token_id": 158,)", ""), "k")

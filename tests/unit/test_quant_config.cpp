@@ -188,3 +188,41 @@ TEST(QuantConfig, RefusalsNameTheProblem) {
 }
 
 }  // namespace layertap
+
+namespace layertap {
+
+// Thousands of patterns are one RE2::Set: the verdicts are those of matching each pattern alone
+// (checked here against a list where exactly the expected names match), and a bad pattern deep in
+// a long list is still named.
+TEST(QuantConfig, LongPatternListsMatchAsEachPatternWould) {
+  json ignore = json::array();
+  for (int i = 0; i < 20000; ++i) ignore.push_back("re:model\\.layers\\." + std::to_string(100000 + i) + "\\.");
+  ignore.push_back("re:.*\\.layers\\.(3|7)\\.self_attn");  // the one that matches real names
+  ignore.push_back("model.layers.5.mlp.down_proj");         // and one exact name
+  const QuantConfig q = parse_quant_config(int4({"Linear"}, ignore), "c");
+  EXPECT_EQ(q.ignore_match.pattern_count(), 20001u);
+  int packed = 0;
+  for (int layer = 0; layer < 100; ++layer)
+    for (const char* m : {"self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"}) {
+      const std::string name = "model.layers." + std::to_string(layer) + "." + m;
+      const bool ignored = ((layer == 3 || layer == 7) && name.find("self_attn") != std::string::npos) ||
+                           name == "model.layers.5.mlp.down_proj";
+      EXPECT_EQ(q.int4_packed(name), !ignored) << name;
+      packed += q.int4_packed(name);
+    }
+  EXPECT_EQ(packed, 400 - 5);
+  EXPECT_FALSE(q.int4_packed("model.layers.100007.mlp.up_proj"));  // one of the 20000, anchored at the start
+  EXPECT_TRUE(q.int4_packed("x.model.layers.100007.mlp.up_proj"));
+
+  ignore.push_back("re:(unbalanced");
+  const std::string e = error_of(int4({"Linear"}, ignore));
+  EXPECT_TRUE(has(e, "'ignore' pattern 're:(unbalanced'") && has(e, "linear time")) << e;
+
+  // Past 50,000 patterns a list is refused before RE2 compiles it (it would exhaust its budget).
+  json huge = json::array();
+  for (int i = 0; i < 50001; ++i) huge.push_back("re:x" + std::to_string(i));
+  const std::string h = error_of(int4({"Linear"}, huge));
+  EXPECT_TRUE(has(h, "'ignore' holds more than 50000 \"re:\" patterns")) << h;
+}
+
+}  // namespace layertap
