@@ -9,15 +9,22 @@ namespace {
 volatile std::sig_atomic_t g_signal = 0;
 const char* g_phase = nullptr;
 extern "C" void on_stop_signal(int sig) {
-  // A second Ctrl-C while the first one's stop is under way ends the process now, as Ctrl-C does
-  // elsewhere: the default action, so the exit status says SIGINT. (A repeated SIGTERM does not:
-  // Slurm and mpirun may each deliver one for the same cancellation.)
-  if (sig == SIGINT && g_signal != 0) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
+  const int first = g_signal;
+  if (first == 0) {
+    g_signal = sig;  // the stop, and the name the log and the manifest give it
     return;
   }
-  g_signal = sig;
+  // Stopping already. A second Ctrl-C, or a SIGTERM after a Ctrl-C (kill from another terminal),
+  // ends the process now, as Ctrl-C does elsewhere: the default action, so the exit status names
+  // the signal. A SIGTERM or SIGUSR1 after a SIGTERM or SIGUSR1 does not: Slurm and srun may each
+  // deliver one for the same cancellation, and the first stop goes on.
+  if (sig == SIGINT || (sig == SIGTERM && first == SIGINT)) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);  // blocked while this handler runs: delivered, with the default action, as it returns
+  }
 }
 }  // namespace
 

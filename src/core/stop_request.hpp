@@ -1,9 +1,10 @@
 // Graceful stop: SIGTERM, SIGUSR1 (Slurm's --signal and time-limit warning) and SIGINT (Ctrl-C)
-// only set a flag; a second SIGINT ends the process at once (as SIGINT's default action). The flag:
-// the batch loop polls it, finishes the batch in flight, closes complete shards and exits with
-// kExitInterrupted so a requeued job resumes. Before the batch loop (parsing, indexing, opening,
-// reading weights, waiting for other ranks) the long loops call stop_point, which throws Stopped:
-// the run ends within seconds with kExitInterrupted, having written no shard or manifest.
+// only set a flag; a second SIGINT, or a SIGTERM after a SIGINT, ends the process at once (the
+// signal's default action: the exit status names it). The batch loop polls the flag, finishes the
+// batch in flight, closes complete shards and exits with kExitInterrupted so a requeued job
+// resumes. Before the batch loop (parsing, indexing, opening, reading weights, waiting for other
+// ranks) the long loops call stop_point, which throws Stopped: the run ends within seconds with
+// kExitInterrupted, having written no shard or manifest.
 #pragma once
 #include <string>
 

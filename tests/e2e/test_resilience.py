@@ -154,16 +154,20 @@ class Resilience(unittest.TestCase):
                 self.assertEqual([s[0] for s in samples], list(range(3000)))
 
     def test_ctrl_c(self):
-        """Ctrl-C: the first stops after the batch in flight (resumable, exit 75); a second ends the
-        process at once (killed by SIGINT, no manifest). Under mpirun, Open MPI turns Ctrl-C into
-        SIGTERM to the ranks: they stop gracefully, and mpirun exits 1 whatever they return."""
+        """Ctrl-C (SIGINT to the process group, as a terminal sends it): the first stops after the
+        batch in flight (exit 75, an incomplete manifest, resumable); a second one, or a SIGTERM after
+        it, ends the process at once (killed by that signal, nothing that looks complete). Under
+        mpirun the ranks never see SIGINT: Open MPI 4 sends them SIGCONT, SIGTERM
+        odls_base_sigkill_timeout (1) s later and SIGKILL as long again after that, and exits 1
+        whatever they return; raising the timeout gives the ranks' graceful stop the time it needs."""
         data = self.tmp / "long.jsonl"
         if not data.exists():
             write_dataset(data, 3000, seed=11)
 
-        def start(cmd):
+        def start(cmd, failpoint=""):
+            # A session of its own: killpg reaches layertap and any helper it started, as Ctrl-C would.
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    env=dict(ENV, LAYERTAP_FAILPOINT=""))
+                                    env=dict(ENV, LAYERTAP_FAILPOINT=failpoint), start_new_session=True)
             log = []
             for line in proc.stdout:
                 log.append(line)
@@ -171,47 +175,82 @@ class Resilience(unittest.TestCase):
                     return proc, log
             self.fail("no progress line:\n" + "".join(log))
 
+        def finish(proc, log):
+            rest, _ = proc.communicate(timeout=120)
+            return "".join(log) + rest
+
+        def resume_and_verify(np_, out):
+            p = self.run_job(np_, out, ["--resume", "--threads", "1"], data=data)
+            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+            final, samples = read_output(out)
+            self.assertTrue(final["complete"])
+            self.assertEqual([s[0] for s in samples], list(range(3000)))
+            v = subprocess.run([ARGS.layertap, "verify", out, "--samples", "3"], capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
         single = [a for a in self.command(1, "OUT", ["--progress-seconds", "0.1", "--threads", "1"], data=data,
                                           log_level="info")][6:]  # without mpirun and its options
         self.assertEqual(single[0], ARGS.layertap)
-        for presses in (1, 2):
-            with self.subTest(presses=presses):
-                out = self.tmp / f"ctrl-c-{presses}"
-                proc, log = start([str(out) if a == "OUT" else a for a in single])
-                proc.send_signal(signal.SIGINT)
-                if presses == 2:
-                    time.sleep(0.05)
-                    proc.send_signal(signal.SIGINT)
-                rest, _ = proc.communicate(timeout=120)
-                log = "".join(log) + rest
-                if presses == 1:
-                    self.assertEqual(proc.returncode, 75, log[-3000:])
+        cases = (("once", [signal.SIGINT], 75),
+                 ("twice", [signal.SIGINT, signal.SIGINT], -signal.SIGINT),
+                 ("then SIGTERM", [signal.SIGINT, signal.SIGTERM], -signal.SIGTERM))
+        for name, signals, expected in cases:
+            with self.subTest(ctrl_c=name):
+                out = self.tmp / f"ctrl-c-{name.replace(' ', '-')}"
+                # Twice: batches of a second (a delay failpoint); both signals come well inside the
+                # batch after the progress line, so the second surely finds the first one's stop
+                # waiting for the batch in flight.
+                proc, log = start([str(out) if a == "OUT" else a for a in single],
+                                  "" if len(signals) == 1 else "forward:1:delay=1000")
+                if len(signals) > 1:
+                    time.sleep(0.2)
+                sent = time.monotonic()
+                for i, sig in enumerate(signals):
+                    if i:
+                        time.sleep(0.05)
+                    os.killpg(proc.pid, sig)
+                log = finish(proc, log)
+                seconds = time.monotonic() - sent
+                self.assertEqual(proc.returncode, expected, log[-3000:])
+                if expected == 75:
                     self.assertIn("stop requested (SIGINT)", log)
-                    self.assertFalse(json.loads((out / "manifest.json").read_text())["complete"])
+                    manifest = json.loads((out / "manifest.json").read_text())
+                    self.assertFalse(manifest["complete"])
+                    self.assertEqual(manifest["run"]["stopped_by"], "SIGINT")
+                    self.assertLess(manifest["totals"]["samples"], 3000)
                 else:
-                    self.assertEqual(proc.returncode, -signal.SIGINT, log[-3000:])
-                    # Killed wherever it was: at most the first stop's incomplete manifest.
-                    if (out / "manifest.json").exists():
-                        self.assertFalse(json.loads((out / "manifest.json").read_text())["complete"])
-                p = self.run_job(1, out, ["--resume", "--threads", "1"], data=data)
-                self.assertEqual(p.returncode, 0, p.stderr[-3000:])
-                final, samples = read_output(out)
-                self.assertTrue(final["complete"])
-                self.assertEqual([s[0] for s in samples], list(range(3000)))
+                    # Killed in the batch in flight: no manifest, only the shards closed before.
+                    self.assertLess(seconds, 10, "the second signal did not end the process at once")
+                    self.assertNotIn("stopped, resumable", log)
+                    self.assertFalse((out / "manifest.json").exists())
+                print(f"[resilience] Ctrl-C {name}: exit {proc.returncode} after {seconds:.2f} s")
+                resume_and_verify(1, out)
 
-        with self.subTest("mpirun"):
-            out = self.tmp / "ctrl-c-mpirun"
-            proc, log = start(self.command(2, out, ["--progress-seconds", "0.1", "--threads", "1"], data=data,
-                                           log_level="info"))
-            proc.send_signal(signal.SIGINT)
-            rest, _ = proc.communicate(timeout=120)
-            log = "".join(log) + rest
-            self.assertNotEqual(proc.returncode, 0, log[-3000:])
-            self.assertIn("stop requested (SIGTERM)", log)  # Open MPI forwards Ctrl-C as SIGTERM
-            self.assertFalse(json.loads((out / "manifest.json").read_text())["complete"])
-            p = self.run_job(2, out, ["--resume"], data=data)
-            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
-            self.assertTrue(read_output(out)[0]["complete"])
+        # Under mpirun: Ctrl-C reaches mpirun alone (each rank has a process group of its own).
+        for timeout in (None, 5):
+            with self.subTest(mpirun=f"odls_base_sigkill_timeout {timeout or 'default (1)'}"):
+                out = self.tmp / f"ctrl-c-mpirun-{timeout}"
+                cmd = self.command(2, out, ["--progress-seconds", "0.1", "--threads", "1"], data=data,
+                                   log_level="info")
+                if timeout:
+                    cmd[1:1] = ["--mca", "odls_base_sigkill_timeout", str(timeout)]
+                proc, log = start(cmd)
+                sent = time.monotonic()
+                os.killpg(proc.pid, signal.SIGINT)
+                log = finish(proc, log)
+                seconds = time.monotonic() - sent
+                self.assertEqual(proc.returncode, 1, log[-3000:])  # mpirun's, whatever the ranks return
+                manifest = out / "manifest.json"
+                if timeout:  # seconds enough for the graceful stop, which SIGTERM started
+                    self.assertIn("stop requested (SIGTERM)", log)
+                    self.assertEqual(json.loads(manifest.read_text())["run"]["stopped_by"], "SIGTERM")
+                # With the default second, SIGKILL may come before the manifest (a loaded machine).
+                if manifest.exists():
+                    self.assertFalse(json.loads(manifest.read_text())["complete"])
+                print(f"[resilience] Ctrl-C to mpirun (sigkill timeout {timeout or 1} s): exit 1 after "
+                      f"{seconds:.2f} s, manifest {'written' if manifest.exists() else 'not written'}")
+                resume_and_verify(2, out)
 
     def test_resume_with_different_settings_is_refused(self):
         out = self.tmp / "refuse"
