@@ -15,14 +15,16 @@
 namespace layertap {
 
 // The entries of a quantization_config `targets` or `ignore` list, compiled once: exact names in a
-// hash set, every "re:" pattern in one RE2::Set, so a module name is matched in one linear-time
-// pass however many patterns the list holds (a config is data from the internet: 200,000 patterns,
-// or `(.+)+X`, must neither hang nor backtrack).
+// hash set, the "re:" patterns in RE2::Sets (those that begin with ".*", searched anywhere without
+// it, in a second one), so a module name is matched in at most two linear-time passes however many
+// patterns the list holds (a config is data from the internet: 200,000 patterns, or `(.+)+X`, must
+// neither hang nor backtrack).
 class ModuleMatcher {
  public:
   ModuleMatcher() = default;  // matches nothing
-  // Throws naming `where`, `key` and the pattern when one does not compile or the set exceeds
-  // RE2's memory budget. Polls stop_point while it compiles (a huge list stays interruptible).
+  // Throws naming `where`, `key` and the pattern when one does not compile, and `where` and `key`
+  // when the list exceeds the budgets of its size and of RE2's memory. Polls stop_point while it
+  // compiles (a huge list stays interruptible).
   ModuleMatcher(const std::vector<std::string>& entries, const std::string& where, const char* key);
   // compressed-tensors' rule: "re:" patterns as Python's re.match (anchored at the start only),
   // other entries by exact name; with `linear_matches`, the entry "Linear" matches every module.

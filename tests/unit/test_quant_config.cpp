@@ -4,10 +4,17 @@
 // other entries match whole module names; the target "Linear" matches every Linear).
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
+#include "core/stop_request.hpp"
 #include "model/hf_config.hpp"
 #include "model/quant_config.hpp"
 #include "error_text.hpp"
@@ -191,38 +198,148 @@ TEST(QuantConfig, RefusalsNameTheProblem) {
 
 namespace layertap {
 
-// Thousands of patterns are one RE2::Set: the verdicts are those of matching each pattern alone
-// (checked here against a list where exactly the expected names match), and a bad pattern deep in
-// a long list is still named.
+// Thousands of patterns are matched at once (RE2::Sets): the verdicts are those of matching each
+// pattern alone (checked here against a list where exactly the expected names match), and a bad
+// pattern deep in a long list is still named.
 TEST(QuantConfig, LongPatternListsMatchAsEachPatternWould) {
   json ignore = json::array();
-  for (int i = 0; i < 20000; ++i) ignore.push_back("re:model\\.layers\\." + std::to_string(100000 + i) + "\\.");
+  for (int i = 0; i < 20000; ++i)  // half anchored at the start, half beginning with ".*"
+    ignore.push_back(i % 2 == 0 ? "re:model\\.layers\\." + std::to_string(100000 + i) + "\\."
+                                : "re:.*\\.layers\\." + std::to_string(100000 + i) + "\\.mlp");
   ignore.push_back("re:.*\\.layers\\.(3|7)\\.self_attn");  // the one that matches real names
   ignore.push_back("model.layers.5.mlp.down_proj");         // and one exact name
   const QuantConfig q = parse_quant_config(int4({"Linear"}, ignore), "c");
   EXPECT_EQ(q.ignore_match.pattern_count(), 20001u);
-  int packed = 0;
+  int packed = 0, modules = 0;  // 1,200 module names: 100 layers of 12 Linear modules
   for (int layer = 0; layer < 100; ++layer)
-    for (const char* m : {"self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"}) {
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "mlp.experts.0.gate_proj",
+                          "mlp.experts.0.up_proj", "mlp.experts.0.down_proj", "mlp.experts.1.gate_proj",
+                          "mlp.experts.1.down_proj"}) {
       const std::string name = "model.layers." + std::to_string(layer) + "." + m;
       const bool ignored = ((layer == 3 || layer == 7) && name.find("self_attn") != std::string::npos) ||
                            name == "model.layers.5.mlp.down_proj";
       EXPECT_EQ(q.int4_packed(name), !ignored) << name;
       packed += q.int4_packed(name);
+      ++modules;
     }
-  EXPECT_EQ(packed, 400 - 5);
-  EXPECT_FALSE(q.int4_packed("model.layers.100007.mlp.up_proj"));  // one of the 20000, anchored at the start
-  EXPECT_TRUE(q.int4_packed("x.model.layers.100007.mlp.up_proj"));
+  EXPECT_EQ(modules, 1200);
+  EXPECT_EQ(packed, 1200 - 9);  // layers 3 and 7's four self_attn projections, and the exact name
+  EXPECT_FALSE(q.int4_packed("model.layers.100008.mlp.up_proj"));  // one of the 20000, anchored at the start
+  EXPECT_TRUE(q.int4_packed("x.model.layers.100008.mlp.up_proj"));
+  EXPECT_FALSE(q.int4_packed("x.layers.100009.mlp.up_proj"));  // one of those beginning with ".*"
+  EXPECT_TRUE(q.int4_packed("x.layers.100009.attn"));
 
-  ignore.push_back("re:(unbalanced");
-  const std::string e = error_of(int4({"Linear"}, ignore));
-  EXPECT_TRUE(has(e, "'ignore' pattern 're:(unbalanced'") && has(e, "linear time")) << e;
+  json bad = ignore;
+  bad.insert(bad.begin() + 10000, "re:(unbalanced");
+  const std::string e = error_of(int4({"Linear"}, bad));
+  EXPECT_TRUE(has(e, "quantization_config 'ignore' pattern 're:(unbalanced'") && has(e, "linear time")) << e;
+  bad = ignore;
+  bad.insert(bad.begin() + 15000, "re:.*(?=mlp)");
+  const std::string e2 = error_of(int4({"Linear"}, bad));
+  EXPECT_TRUE(has(e2, "'ignore' pattern 're:.*(?=mlp)'")) << e2;
+}
 
-  // Past 50,000 patterns a list is refused before RE2 compiles it (it would exhaust its budget).
+// The lists' budgets: each is refused naming quantization_config and the list, before it costs
+// time or memory: 200,000 patterns, 800,000 syntax nodes, a pattern RE2 refuses alone (as it did
+// before the list became a set), 1,000,000 compiled instructions.
+TEST(QuantConfig, PatternListsPastTheirBudgetsAreRefused) {
   json huge = json::array();
-  for (int i = 0; i < 50001; ++i) huge.push_back("re:x" + std::to_string(i));
-  const std::string h = error_of(int4({"Linear"}, huge));
-  EXPECT_TRUE(has(h, "'ignore' holds more than 50000 \"re:\" patterns")) << h;
+  for (int i = 0; i < 200000; ++i) huge.push_back("re:x" + std::to_string(i));
+  std::string e = error_of(int4({"Linear"}, huge));
+  EXPECT_TRUE(has(e, "quantization_config 'ignore' holds 200000 \"re:\" patterns, more than the 50000")) << e;
+  json wide = json::array();  // 2,000 patterns of 100 groups: 1,000,000 nodes (RE2 would log 1,000 lines)
+  for (int i = 0; i < 2000; ++i) {
+    std::string p = "re:" + std::to_string(i);
+    for (int g = 0; g < 100; ++g) p += "(a)";
+    wide.push_back(p);
+  }
+  e = error_of(int4(wide, json::array()));
+  EXPECT_TRUE(has(e, "quantization_config 'targets' holds 2000 \"re:\" patterns of up to ") &&
+              has(e, "syntax nodes in all, more than the 800000")) << e;
+  e = error_of(int4({"Linear"}, {"re:.*mlp", "re:\\pL{1000}"}));
+  EXPECT_TRUE(has(e, "'ignore' pattern 're:\\pL{1000}'") && has(e, "pattern too large")) << e;
+  json big = json::array();
+  for (int i = 0; i < 20; ++i) big.push_back("re:" + std::to_string(i) + "\\pL{100}");  // ~120,000 each
+  e = error_of(int4({"Linear"}, big));
+  EXPECT_TRUE(has(e, "'ignore' pattern 're:8\\pL{100}' (9 of 20) brings its \"re:\" patterns past 1000000 compiled "
+                     "RE2 instructions")) << e;
+}
+
+// Patterns beginning with ".*" are searched anywhere without it; that is the same verdict for an
+// ASCII name without a newline, and the others are matched as written. Not stripped: a top-level
+// '|' ("re:.*a|b" is ".*a" or "b" at the start), and what only looks like one.
+TEST(QuantConfig, LeadingDotStarPatternsMatchAsWritten) {
+  const QuantConfig q = parse_quant_config(
+      int4({"Linear"}, {"re:.*mlp", "re:.*attn|head", "re:^.*?gate$", "re:.*[|]x", "re:.*\\|y", "re:.*(a|b)z",
+                        "re:.*\\Q|\\Ew", "re:.*[[:digit:]|]v", "re:.*[]|]u", "re:.*^start"}),
+      "c");
+  for (const char* ignored : {"x.mlp.y", "mlp", "x.attn", "head.x", "x.gate", "gate", "1|x", "1|y", "1bz", "1|w",
+                              "7v", "|v", "|u", "]u", "start.x"})
+    EXPECT_FALSE(q.int4_packed(ignored)) << ignored;
+  for (const char* packed : {"ml", "x.head", "x.gate.y", "1x", "1y", "1cz", "1w", "av", "au", "x.start"})
+    EXPECT_TRUE(q.int4_packed(packed)) << packed;
+  // '.' matches neither a newline nor a byte of invalid UTF-8: ".*mlp" does not reach past them.
+  EXPECT_TRUE(q.int4_packed("x\nmlp"));
+  EXPECT_TRUE(q.int4_packed("\xffmlp"));
+  EXPECT_FALSE(q.int4_packed("x.mlp\n"));
+  EXPECT_FALSE(q.int4_packed("\xce\xb1.mlp"));  // a valid UTF-8 character is one '.'
+}
+
+// Random small patterns (many beginning with ".*", with '|', anchors and classes) against random
+// names (some with a newline), checked against std::regex's re.match-like search at the start:
+// for these constructs ECMAScript and RE2 agree on whether a match starts there.
+TEST(QuantConfig, PatternSetsAgreeWithMatchingEachPatternAlone) {
+  const std::vector<std::string> atoms = {"a", "b", "x", "_", "\\.", ".", "a*", "(a|b)", "[ab|]", "b?", ".*", "^",
+                                          "$", "(ab)*", "a{2}", "|", "\\b", ".*?", "[^a]", "\\|", "(x|.*a)"};
+  const std::string alphabet = "ab.x|_\n";
+  std::mt19937 rng(26);
+  int verdicts[2] = {0, 0};
+  for (int round = 0; round < 1000; ++round) {
+    std::vector<std::string> patterns;
+    json ignore = json::array();
+    for (int k = 1 + int(rng() % 3); k > 0; --k) {
+      std::string p = rng() % 2 == 0 ? ".*" : "";
+      for (int len = 1 + int(rng() % 4); len > 0; --len) p += atoms[rng() % atoms.size()];
+      patterns.push_back(p);
+      ignore.push_back("re:" + p);
+    }
+    const QuantConfig q = parse_quant_config(int4({"Linear"}, ignore), "c");
+    std::vector<std::regex> alone;
+    for (const std::string& p : patterns) alone.emplace_back(p, std::regex::ECMAScript);
+    for (int s = 0; s < 40; ++s) {
+      std::string name;
+      for (int len = int(rng() % 8); len > 0; --len) name += alphabet[rng() % alphabet.size()];
+      bool any = false;
+      for (const std::regex& re : alone)
+        any = any || std::regex_search(name, re, std::regex_constants::match_continuous);
+      ASSERT_EQ(q.int4_packed(name), !any) << "name '" << name << "' patterns " << ignore.dump();
+      ++verdicts[any];
+    }
+  }
+  EXPECT_GT(verdicts[0], 10000);  // both verdicts, many times each
+  EXPECT_GT(verdicts[1], 10000);
+}
+
+// A stop signal while a long list compiles ends it with Stopped, naming the phase. In a child
+// process (a death test): the stop flag, once raised, stays raised.
+TEST(QuantConfigDeathTest, LongPatternListStopsOnSigterm) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        install_stop_handlers();
+        std::raise(SIGTERM);
+        json ignore = json::array();
+        for (int i = 0; i < 5000; ++i) ignore.push_back("re:x" + std::to_string(i));
+        try {
+          parse_quant_config(int4({"Linear"}, ignore), "c");
+        } catch (const Stopped& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::_Exit(kExitInterrupted);
+        }
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(kExitInterrupted), "stopped by SIGTERM while reading quantization_config");
 }
 
 }  // namespace layertap
