@@ -184,6 +184,18 @@ void both_refuse(const std::string& what, const fs::path& dir, const std::vector
   check_throws(what + " (CPU backend)", [&] { cpu_load(dir); }, needles);
 }
 
+// A copy of `fixture` (as `tag`) with `value` written over element `element` of `tensor`: both
+// loaders refuse it naming the tensor and each of `needles`.
+template <typename T>
+void refused_when_patched(const std::string& what, const char* fixture, const char* tag, const std::string& tensor,
+                          std::size_t element, T value, std::vector<std::string> needles) {
+  const fs::path d = copy_fixture(fixture, tag);
+  patch(d, tensor, element, &value, sizeof value);
+  needles.insert(needles.begin(), tensor);
+  both_refuse(what, d, needles);
+  fs::remove_all(d);
+}
+
 void damaged() {
   {  // The undamaged copies pre-read cleanly.
     const fs::path d = copy_fixture("kimi_k25_int4", "clean");
@@ -197,54 +209,24 @@ void damaged() {
     check(ok, "an undamaged INT4 checkpoint pre-reads at tp 2");
     fs::remove_all(d);
   }
-  {
-    const fs::path d = copy_fixture("kimi_k25_int4", "shape");
-    const std::string t = "language_model.model.layers.1.mlp.experts.3.up_proj.weight_shape";
-    const std::int64_t wrong = 12345;
-    patch(d, t, 1, &wrong, 8);
-    both_refuse("a wrong INT4 weight_shape", d, {t, "records shape", "12345", ".safetensors"});
-    fs::remove_all(d);
-  }
-  {
-    const fs::path d = copy_fixture("kimi_k25_int4", "scale");
-    const std::string t = "language_model.model.layers.2.mlp.experts.0.down_proj.weight_scale";
-    const std::uint16_t zero = 0;
-    patch(d, t, 5, &zero, 2);
-    both_refuse("a zero INT4 scale", d, {t, "finite and positive", ".safetensors"});
-    fs::remove_all(d);
-  }
-  {
-    const fs::path d = copy_fixture("deepseek_v3_fp8", "fp8");
-    const std::string t = "model.layers.1.mlp.experts.2.gate_proj.weight_scale_inv";
-    const float nan = std::nanf("");
-    patch(d, t, 0, &nan, 4);
-    both_refuse("a NaN FP8 scale", d, {t, "nan", "finite and positive", "model.safetensors"});
-    fs::remove_all(d);
-  }
-  {
-    const fs::path d = copy_fixture("deepseek_v3_fp8", "fp8_code");
-    const std::string t = "model.layers.1.mlp.experts.2.up_proj.weight";
-    const std::uint8_t nan = 0xff;
-    patch(d, t, 3, &nan, 1);
-    both_refuse("a NaN FP8 code", d, {t, "nan", "weights must be finite", "model.safetensors"});
-    fs::remove_all(d);
-  }
-  {
-    const fs::path d = copy_fixture("llama", "flt_max");
-    const std::string t = "model.layers.0.mlp.down_proj.weight";
-    const float big = 3.4e38f;
-    patch(d, t, 2, &big, 4);
-    both_refuse("a float32 weight beyond bfloat16's range", d, {t, "beyond bfloat16's range", ".safetensors"});
-    fs::remove_all(d);
-  }
-  {
-    const fs::path d = copy_fixture("qwen3", "bf16");
-    const std::string t = "model.layers.1.mlp.down_proj.weight";
-    const std::uint16_t nan = 0x7fc0;
-    patch(d, t, 7, &nan, 2);
-    both_refuse("a NaN bf16 weight", d, {t, "nan", "weights must be finite", ".safetensors"});
-    fs::remove_all(d);
-  }
+  refused_when_patched("a wrong INT4 weight_shape", "kimi_k25_int4", "shape",
+                       "language_model.model.layers.1.mlp.experts.3.up_proj.weight_shape", 1, std::int64_t(12345),
+                       {"records shape", "12345", ".safetensors"});
+  refused_when_patched("a zero INT4 scale", "kimi_k25_int4", "scale",
+                       "language_model.model.layers.2.mlp.experts.0.down_proj.weight_scale", 5, std::uint16_t(0),
+                       {"finite and positive", ".safetensors"});
+  refused_when_patched("a NaN FP8 scale", "deepseek_v3_fp8", "fp8",
+                       "model.layers.1.mlp.experts.2.gate_proj.weight_scale_inv", 0, std::nanf(""),
+                       {"nan", "finite and positive", "model.safetensors"});
+  refused_when_patched("a NaN FP8 code", "deepseek_v3_fp8", "fp8_code",
+                       "model.layers.1.mlp.experts.2.up_proj.weight", 3, std::uint8_t(0xff),
+                       {"nan", "weights must be finite", "model.safetensors"});
+  refused_when_patched("a float32 weight beyond bfloat16's range", "llama", "flt_max",
+                       "model.layers.0.mlp.down_proj.weight", 2, 3.4e38f,
+                       {"beyond bfloat16's range", ".safetensors"});
+  refused_when_patched("a NaN bf16 weight", "qwen3", "bf16",
+                       "model.layers.1.mlp.down_proj.weight", 7, std::uint16_t(0x7fc0),
+                       {"nan", "weights must be finite", ".safetensors"});
   {
     const fs::path d = copy_fixture("qwen3", "cut");
     const fs::path shard = d / "model-00002-of-00004.safetensors";
