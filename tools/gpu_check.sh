@@ -132,6 +132,8 @@ probe '#include <openssl/evp.h>\nint main() { return EVP_sha256() ? 0 : 1; }' -l
   HAVE[nlohmann_json]=1
 probe '#include <gtest/gtest.h>\nTEST(a, b) {}' -lgtest -lgtest_main -pthread && HAVE[gtest]=1
 probe '#include <re2/re2.h>\nint main() { return RE2::FullMatch("ab", "a.") ? 0 : 1; }' -lre2 -pthread && HAVE[re2]=1
+probe '#include <boost/program_options.hpp>\nint main() { boost::program_options::options_description d; return 0; }' \
+  -lboost_program_options && HAVE[boost]=1
 declare -a DEPS_CMAKE=() DEPS_INC=()
 deps_used=()
 if [[ -d $DEPS_DIR ]]; then
@@ -139,7 +141,7 @@ if [[ -d $DEPS_DIR ]]; then
   mkdir -p "$DEPS_ROOT"
 fi
 R=$DEPS_ROOT/usr
-for dep in openblas openssl nlohmann_json gtest re2; do
+for dep in openblas openssl nlohmann_json gtest re2 boost; do
   if [[ -n ${HAVE[$dep]:-} ]]; then
     echo "deps: $dep from this machine"
     continue
@@ -171,6 +173,10 @@ for dep in openblas openssl nlohmann_json gtest re2; do
     re2)
       unpack libre2-dev || continue
       DEPS_CMAKE+=(-DRE2_INCLUDE_DIR="$R/include" -DRE2_LIBRARY="$R/lib/$MA/libre2.a")
+      ;;
+    boost)
+      { unpack libboost1.74-dev && unpack libboost-program-options1.74-dev; } || continue
+      DEPS_CMAKE+=(-DBoost_DIR="$R/lib/$MA/cmake/Boost-1.74.0" -DBoost_USE_STATIC_LIBS=ON)
       ;;
   esac
   deps_used+=("$dep")

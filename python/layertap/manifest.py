@@ -35,7 +35,7 @@ __all__ = ["OutputError", "IncompleteOutputError", "read_manifest", "shard_file"
            "FILTERS", "filter_problem", "ensure_filter", "Manifest", "canonical_compression",
            "expected_pipeline", "describe_pipeline"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1                 # io/shard_writer.hpp kFormatVersion: the one version both read
 KMAX = 1 << 62                     # output_check.cpp kMax: counts and sizes; keeps sums in int64
 MAX_MANIFEST_BYTES = 64 << 20      # core/regular_file.hpp read_regular_file's default
 MAX_DEPTH = 16                     # read_manifest: parse_json(..., 16)

@@ -17,15 +17,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .manifest import (CODEC_FILTER, DEFLATE, ZSTD, IncompleteOutputError, OutputError,
-                       canonical_compression, describe_pipeline, ensure_filter, excerpt,
+from .manifest import (CODEC_FILTER, DEFLATE, FORMAT_VERSION, ZSTD, IncompleteOutputError,
+                       OutputError, canonical_compression, describe_pipeline, ensure_filter, excerpt,
                        expected_pipeline, filter_problem, is_filter_error, one_line,
                        read_manifest, shard_file)
 
 __all__ = ["Output", "Point", "ShardReader", "IncompleteOutputError", "OutputError",
            "FORMAT_VERSION", "hidden_to_torch"]
-
-FORMAT_VERSION = 1
 
 # shard_reader.cpp: a shard of N bytes holds at most N * 1024 elements per dataset (no lossless
 # filter compresses activations 1024x), capture points and hidden size at most 2^24; declared

@@ -11,6 +11,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from .manifest import FORMAT_VERSION
+
 __all__ = ["write_output", "bf16_type"]
 
 
@@ -73,7 +75,7 @@ def write_output(path, num_layers: int, hidden_size: int, point_ids: list[int],
             for k, v in (("input_ids", ids), ("loss_mask", mask), ("sample_offsets", off),
                          ("sample_index", np.arange(s0, s0 + len(lens), dtype=np.int64))):
                 f.create_dataset(k, data=v, chunks=True, maxshape=(None,))
-            f.attrs["format_version"] = np.int64(1)
+            f.attrs["format_version"] = np.int64(FORMAT_VERSION)
             f.attrs["capture_points"] = [_point_spec(p, L)[0] for p in point_ids]
             f.attrs["capture_point_ids"] = np.array(point_ids, dtype=np.int64)
             f.attrs["capture_request"] = ",".join(_point_spec(p, L)[0] for p in point_ids)
@@ -88,7 +90,7 @@ def write_output(path, num_layers: int, hidden_size: int, point_ids: list[int],
                        "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest()
                        if (out / name).stat().st_size < (256 << 20) else ""})
     manifest = {
-        "format_version": 1, "complete": complete,
+        "format_version": FORMAT_VERSION, "complete": complete,
         "capture": {"request": ",".join(_point_spec(p, L)[0] for p in point_ids),
                     "convention": "layertap-v1",
                     "points": [{"spec": _point_spec(p, L)[0], "id": p,

@@ -7,8 +7,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "io/output_check.hpp"
@@ -17,8 +15,6 @@
 
 namespace layertap::cli {
 namespace {
-
-using nlohmann::json;
 
 // Rows of cells printed in aligned columns; columns listed in `right` are right-aligned (numbers).
 class Table {
@@ -53,20 +49,10 @@ class Table {
 std::string short_hash(const std::string& h) { return h.size() > 16 ? h.substr(0, 16) : h; }
 
 // A value shown for information only: its text (an excerpt of a long one), or "?" when the
-// manifest lacks it.
-std::string text(const json& j, const std::string& key) {
-  if (!j.is_object() || !j.contains(key)) return "?";
-  const json& v = j.at(key);
-  if (v.is_string()) return excerpt(v.get<std::string>(), 400);
-  if (v.is_number_float()) {
-    std::ostringstream os;
-    os.setf(std::ios::fixed);
-    os.precision(1);
-    os << v.get<double>();
-    return os.str();
-  }
-  return excerpt(v.dump(), 400);
-}
+// manifest lacks it (io::read_manifest leaves such a value empty, or -1).
+std::string shown(const std::string& s) { return s.empty() ? "?" : excerpt(s, 400); }
+std::string shown(int64_t v) { return v < 0 ? "?" : std::to_string(v); }
+std::string shown(double v) { return v < 0 ? "?" : fixed(v, 1); }
 
 int inspect(const std::filesystem::path& dir, std::ostream& out) {
   if (!std::filesystem::exists(dir / "manifest.json")) {
@@ -75,13 +61,10 @@ int inspect(const std::filesystem::path& dir, std::ostream& out) {
     return 1;
   }
   const io::Manifest m = io::read_manifest(dir);  // throws naming a missing or malformed key
-  const json& j = m.raw;
-  const json& dataset = j.contains("dataset") ? j.at("dataset") : json::object();
-  const json& run = j.contains("run") ? j.at("run") : json::object();
+  const io::RunSummary& run = m.run;
   Table point_table({1});
   point_table.add({"spec", "id", "meaning"});
-  for (const json& p : j.at("capture").at("points"))
-    point_table.add({text(p, "spec"), text(p, "id"), text(p, "meaning")});
+  for (const io::ManifestPoint& p : m.points) point_table.add({shown(p.spec), std::to_string(p.id), shown(p.meaning)});
 
   out << "layertap output  " << dir.string() << "\n";
   out << "format      v" << m.format_version << ", " << (m.complete ? "complete" : "INCOMPLETE") << "\n";
@@ -90,21 +73,21 @@ int inspect(const std::filesystem::path& dir, std::ostream& out) {
   out << "            dir " << m.model_dir << "\n";
   out << "            config sha256 " << short_hash(m.config_sha256) << "  weights "
       << short_hash(m.weights_fingerprint) << "\n";
-  out << "dataset     " << text(dataset, "path") << "  (sha256 " << short_hash(text(dataset, "sha256")) << ")\n";
-  out << "            " << text(dataset, "samples") << " samples, " << text(dataset, "tokens") << " tokens\n";
-  out << "capture     request '" << m.capture_request << "', convention " << text(j.at("capture"), "convention")
+  out << "dataset     " << shown(m.dataset_path) << "  (sha256 " << short_hash(shown(m.dataset_sha256)) << ")\n";
+  out << "            " << shown(m.dataset_samples) << " samples, " << shown(m.dataset_tokens) << " tokens\n";
+  out << "capture     request '" << m.capture_request << "', convention " << shown(m.capture_convention)
       << ", stored as " << m.storage_dtype << "\n";
   point_table.print(out, "            ");
-  out << "run         " << text(run, "command") << "\n";
-  out << "            world " << text(run, "world_size") << " (tp " << text(run, "tp") << ", dp " << text(run, "dp")
-      << "), " << text(run, "seconds") << " s, " << text(run, "tokens_per_s") << " tokens/s, layertap "
-      << text(run, "layertap_version") << ", " << text(run, "created") << "\n";
+  out << "run         " << shown(run.command) << "\n";
+  out << "            world " << shown(run.world_size) << " (tp " << shown(run.tp) << ", dp " << shown(run.dp)
+      << "), " << shown(run.seconds) << " s, " << shown(run.tokens_per_s) << " tokens/s, layertap "
+      << shown(run.layertap_version) << ", " << shown(run.created) << "\n";
 
   std::vector<std::string> errors;
   Table shard_table({1, 2, 3});
   shard_table.add({"file", "samples", "tokens", "size", "hidden_states", "dtype", "sha256"});
   int64_t bytes = 0;
-  for (const io::ManifestShard& s : m.shards) {
+  for (const io::ShardInfo& s : m.shards) {
     bytes += s.bytes;
     const io::ShardFindings f = io::check_shard(dir, s, m, /*checksum=*/false);  // verify checksums
     errors.insert(errors.end(), f.problems.begin(), f.problems.end());

@@ -14,6 +14,18 @@ namespace layertap {
 
 namespace po = boost::program_options;
 
+namespace {
+
+// A typed option spelled as text: `parse` turns it into `target` when the options are notified
+// (defaults included); its error names the option and the accepted values.
+template <class T, class Parse>
+po::typed_value<std::string>* spelled(T& target, const std::string& default_spelling, Parse parse) {
+  return po::value<std::string>()->default_value(default_spelling)->notifier(
+      [&target, parse](const std::string& s) { target = parse(s); });
+}
+
+}  // namespace
+
 ParseOutcome parse_extract_options(const std::vector<std::string>& args, ExtractOptions& o) {
   po::options_description job("Job options (also accepted as 'key = value' lines in a --config file)");
   job.add_options()
@@ -23,7 +35,7 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
       ("capture", po::value(&o.capture)->default_value(o.capture),
        "capture points: comma-separated layer inputs 0..L-1, 'last' (= L, last layer output before the "
        "final norm), 'final' (after the final norm), or the preset 'eagle3' (= 2, L/2, L-3, final)")
-      ("backend", po::value(&o.backend)->default_value(o.backend),
+      ("backend", spelled(o.backend, "auto", parse_backend_request),
        "compute backend: cpu (float32 weights on the host, every supported model), cuda (bf16, one GPU per "
        "rank by local rank, every supported family; weights go from the checkpoint to the GPU in their stored "
        "form), or auto (cuda when every rank sees a GPU and the build has CUDA, else cpu)")
@@ -32,19 +44,19 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "for --dry-run --backend cuda on a machine without a GPU (plans for a card of this size)")
       ("tp", po::value(&o.tp)->default_value(o.tp),
        "tensor-parallel size: ranks per model replica (consecutive ranks); the world size must be a multiple")
-      ("moe-split", po::value(&o.moe_split)->default_value(o.moe_split),
+      ("moe-split", spelled(o.moe_split, "experts", parse_moe_split),
        "MoE models under --tp: 'experts' gives each rank whole routed experts (expert parallelism inside "
        "the group), 'intermediate' slices every expert along its intermediate size; shared experts and "
        "dense MLPs are always sliced")
       ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens),
        "tokens packed into one forward pass; a longer sample is an error")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products per rank (0 = all cores)")
-      ("store-dtype", po::value(&o.store_dtype)->default_value(o.store_dtype),
+      ("store-dtype", spelled(o.store_dtype, "bfloat16", io::parse_storage_dtype),
        "element type of /hidden_states: bfloat16 (the CUDA backend's bf16 states as they are; the CPU "
        "backend's float32 states rounded to nearest), float32, or float8_e4m3 (1 byte per value and one "
        "float32 scale per token and point: lossy, half of bf16; its error against bf16 is measured and "
        "recorded in the manifest)")
-      ("compress", po::value(&o.compress)->default_value(o.compress),
+      ("compress", spelled(o.compress, "none", io::parse_compression),
        "lossless compression of /hidden_states, chunk by chunk on worker threads: none, lz4 (byte shuffle "
        "+ LZ4), zstd[:level] (byte shuffle + Zstandard) or gzip[:level] (slow); docs/FORMAT.md says how "
        "h5py reads each")
@@ -54,7 +66,7 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
       ("resume", po::bool_switch(&o.resume),
        "continue an interrupted run in --out (same options, model, dataset and world layout): complete "
        "shards whose checksums match are kept, the rest is recomputed; starts fresh when --out holds no run")
-      ("on-nonfinite", po::value(&o.on_nonfinite)->default_value(o.on_nonfinite),
+      ("on-nonfinite", spelled(o.on_nonfinite, "fail", parse_nonfinite_policy),
        "a sample whose states hold NaN/Inf: 'fail' stops the job naming it, 'skip' leaves it out and "
        "lists it in the manifest")
       ("dry-run", po::bool_switch(&o.dry_run),
@@ -129,14 +141,7 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
            o.gpu_memory_gib);
   LT_CHECK(!o.read_weights || o.dry_run, "--read-weights is a --dry-run option (a real run reads the weights anyway)");
   LT_CHECK(o.calibrate_batches >= 0, "--calibrate-batches must be 0 or positive, got ", o.calibrate_batches);
-  LT_CHECK(o.backend == "auto" || o.backend == "cpu" || o.backend == "cuda", "unknown --backend '", o.backend,
-           "' (auto, cpu or cuda)");
-  io::parse_storage_dtype(o.store_dtype);  // throws naming the accepted values
-  io::parse_compression(o.compress);
-  parse_moe_split(o.moe_split);  // throws naming the value
   LT_CHECK(!(o.overwrite && o.resume), "--overwrite and --resume exclude each other");
-  LT_CHECK(o.on_nonfinite == "fail" || o.on_nonfinite == "skip", "--on-nonfinite must be fail or skip, got '",
-           o.on_nonfinite, "'");
   return ParseOutcome::Run;
 }
 

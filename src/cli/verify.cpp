@@ -68,7 +68,7 @@ class Verifier {
   void check_shards() {
     int64_t samples = 0, tokens = 0, last_index = -1;
     bool all_sound = true;
-    for (const io::ManifestShard& s : m_.shards) {
+    for (const io::ShardInfo& s : m_.shards) {
       const io::ShardFindings f = io::check_shard(o_.out_dir, s, m_, /*checksum=*/true);
       for (const std::string& p : f.problems) problem(p);
       shard_files_.push_back(o_.out_dir / s.file);
@@ -179,11 +179,12 @@ class Verifier {
   // Where --lm-head reads: the `final` point, else `last` (through the final norm); -1 when neither.
   int64_t lm_head_point(bool& use_final) const {
     const int64_t L = m_.num_layers;
-    const auto final_at = std::find(m_.point_ids.begin(), m_.point_ids.end(), L + 1);
-    const auto last_at = std::find(m_.point_ids.begin(), m_.point_ids.end(), L);
-    use_final = final_at != m_.point_ids.end();
-    if (!use_final && last_at == m_.point_ids.end()) return -1;
-    return (use_final ? final_at : last_at) - m_.point_ids.begin();
+    const std::vector<int64_t> ids = m_.point_ids();
+    const auto final_at = std::find(ids.begin(), ids.end(), L + 1);
+    const auto last_at = std::find(ids.begin(), ids.end(), L);
+    use_final = final_at != ids.end();
+    if (!use_final && last_at == ids.end()) return -1;
+    return (use_final ? final_at : last_at) - ids.begin();
   }
 
   // One pass over the states of every sound shard, sample by sample in file order, so each stored
@@ -215,8 +216,7 @@ class Verifier {
           backend = std::make_unique<CpuBackend>(model->cfg, load_weights(*model->ckpt, model->cfg, TpShard{}), comm);
           plan.request = m_.capture_request;
           plan.num_layers = model->cfg.num_layers;
-          for (std::size_t p = 0; p < m_.point_ids.size(); ++p)
-            plan.points.push_back({m_.point_specs[p], m_.point_ids[p]});
+          for (const io::ManifestPoint& p : m_.points) plan.points.push_back({p.spec, p.id});
         }
         if (model && !scored.empty()) head.emplace(*model->ckpt, model->cfg);
       } catch (const Error& e) {  // the states are still scanned
@@ -275,7 +275,8 @@ class Verifier {
   void score_sample(const LmHead& head, int64_t p, bool use_final, const std::vector<int32_t>& ids,
                     const std::vector<uint8_t>& mask, int64_t t0, int64_t t1, const std::vector<float>& stored,
                     NextTokenStats& stats) const {
-    const int64_t P = int64_t(m_.point_ids.size()), H = m_.hidden_size;
+    const auto P = int64_t(m_.points.size());
+    const int64_t H = m_.hidden_size;
     std::vector<float> states;  // [n, H]: positions whose next token is masked
     std::vector<int32_t> targets;
     for (int64_t t = t0; t + 1 < t1; ++t) {
@@ -305,7 +306,7 @@ class Verifier {
     // Per element, in steps of the storage type (core/state_compare.hpp): every corruption verify
     // looks for (swapped or shifted points, last for final, shifted tokens, exchanged samples)
     // moves elements by many steps.
-    if (m_.backend == "cuda") {  // a bf16 forward: held per point to kBf16ForwardBound
+    if (m_.run.backend == "cuda") {  // a bf16 forward: held per point to kBf16ForwardBound
       double worst_err = 0;
       std::string worst_point;
       for (int64_t p = 0; p < P; ++p) {

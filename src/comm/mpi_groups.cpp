@@ -167,4 +167,22 @@ void broadcast_from_world_root(std::string& bytes) {
   }
 }
 
+MPI_Comm node_comm() {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm node = MPI_COMM_NULL;
+  LT_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node) == MPI_SUCCESS,
+           "MPI_Comm_split_type failed");
+  return node;
+}
+
+NodePosition node_position() {
+  MPI_Comm node = node_comm();
+  NodePosition p;
+  MPI_Comm_rank(node, &p.rank);
+  MPI_Comm_size(node, &p.size);
+  MPI_Comm_free(&node);
+  return p;
+}
+
 }  // namespace layertap

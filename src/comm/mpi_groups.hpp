@@ -75,4 +75,13 @@ void run_on_world_root(bool is_root, const std::function<void()>& f);
 // World rank 0's `bytes` on every rank (any length).
 void broadcast_from_world_root(std::string& bytes);
 
+// The ranks of this rank's node (an MPI shared-memory split; collective over the world). The
+// caller frees it.
+MPI_Comm node_comm();
+// This rank's position among the ranks of its node (collective over the world).
+struct NodePosition {
+  int rank = 0, size = 1;
+};
+NodePosition node_position();
+
 }  // namespace layertap

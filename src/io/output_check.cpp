@@ -4,24 +4,15 @@
 
 #include "core/digest.hpp"
 #include "core/error.hpp"
-#include "core/regular_file.hpp"
 #include "core/text.hpp"
 #include "io/compression.hpp"
 #include "io/shard_reader.hpp"
-#include "model/json_fields.hpp"
 
 namespace layertap::io {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int64_t kMax = int64_t(1) << 62;  // counts and sizes; keeps sums in int64
-
-void check_plain_name(const std::string& name, const std::string& where) {
-  LT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..", where,
-           ": shard file '", excerpt(name), "' is not a plain file name inside the output directory");
-}
 
 // The same filters, codec levels included (flags and the shuffle's element size aside).
 bool same_pipeline(const std::vector<ChunkFilter>& a, const std::vector<ChunkFilter>& b) {
@@ -55,80 +46,10 @@ void storage_problems(const ShardReader& r, const Manifest& m, Fail&& fail) {
 
 }  // namespace
 
-Manifest read_manifest(const fs::path& dir) {
-  const fs::path path = dir / "manifest.json";
-  Manifest m;
-  m.raw = parse_json(read_regular_file(path.string(), "manifest"), path.string(), 16);
-  const JsonFields top(m.raw, path.string());
-  m.format_version = top.integer("format_version", 1, 1000);
-  m.complete = top.boolean("complete");
-  m.storage_dtype = top.string("storage_dtype");
-  LT_CHECK(m.storage_dtype == "bfloat16" || m.storage_dtype == "float32" || m.storage_dtype == "float8_e4m3fn",
-           path.string(), ": storage_dtype '", excerpt(m.storage_dtype),
-           "' is not bfloat16, float32 or float8_e4m3fn");
-  m.backend = m.raw.contains("run") ? JsonFields(m.raw["run"], path.string() + " (run)").string_or("backend", "cpu")
-                                    : std::string("cpu");
-  LT_CHECK(m.backend == "cpu" || m.backend == "cuda", path.string(), ": run.backend '", excerpt(m.backend),
-           "' is not cpu or cuda");
-  const std::string compression = top.string_or("compression", "none");
-  try {
-    m.compression = compression_name(parse_compression(compression));
-  } catch (const Error& e) {
-    LT_FAIL(path.string(), ": compression '", excerpt(compression), "': ", e.what());
-  }
-
-  const JsonFields model = top.object("model");
-  m.model_dir = model.string("dir");
-  m.architecture = model.string("architecture");
-  m.config_sha256 = model.string("config_sha256");
-  m.weights_fingerprint = model.string("weights_fingerprint");
-  m.num_layers = model.integer("num_hidden_layers", 1, 1 << 20);
-  m.hidden_size = model.integer("hidden_size", 1, 1 << 24);
-  m.vocab_size = model.integer("vocab_size", 1, kMax);
-
-  const JsonFields capture = top.object("capture");
-  m.capture_request = capture.string("request");
-  const nlohmann::json& points = capture.array("points");
-  LT_CHECK(!points.empty(), capture.where(), ": no capture points");
-  for (std::size_t p = 0; p < points.size(); ++p) {
-    const JsonFields point(points[p], cat(capture.where(), " points[", p, "]"));
-    m.point_specs.push_back(point.string("spec"));
-    m.point_ids.push_back(point.integer("id", 0, m.num_layers + 1));
-  }
-
-  const nlohmann::json& shards = top.array("shards");
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    const JsonFields s(shards[i], cat(path.string(), " shards[", i, "]"));
-    ManifestShard e;
-    e.file = s.string("file");
-    check_plain_name(e.file, s.where());
-    e.sha256 = s.string("sha256");
-    e.samples = s.integer("samples", 0, kMax);
-    e.tokens = s.integer("tokens", 0, kMax);
-    e.bytes = s.integer("bytes", 0, kMax);
-    m.shards.push_back(e);
-  }
-  const JsonFields totals = top.object("totals");
-  m.total_samples = totals.integer("samples", 0, kMax);
-  m.total_tokens = totals.integer("tokens", 0, kMax);
-  m.total_bytes = totals.integer("bytes", 0, kMax);
-  if (top.has("dataset")) {
-    const JsonFields dataset = top.object("dataset");
-    if (dataset.has("samples")) m.dataset_samples = dataset.integer("samples", 0, kMax);
-  }
-  if (top.has("skipped_samples")) {
-    const nlohmann::json& skipped = top.array("skipped_samples");
-    for (std::size_t i = 0; i < skipped.size(); ++i)
-      m.skipped_samples.push_back(
-          JsonFields(skipped[i], cat(path.string(), " skipped_samples[", i, "]")).integer("index", 0, kMax));
-  }
-  return m;
-}
-
 std::vector<std::string> manifest_count_problems(const Manifest& m) {
   std::vector<std::string> problems;
   int64_t samples = 0, tokens = 0, bytes = 0;
-  for (const ManifestShard& s : m.shards) {  // each below 2^62: no overflow in int64
+  for (const ShardInfo& s : m.shards) {  // each below 2^62: no overflow in int64
     samples += s.samples;
     tokens += s.tokens;
     bytes += s.bytes;
@@ -147,7 +68,8 @@ std::vector<std::string> manifest_count_problems(const Manifest& m) {
   if (m.total_samples + skipped != m.dataset_samples)
     problems.push_back(cat("manifest.json: its shards hold ", m.total_samples, " samples and it lists ", skipped,
                            " skipped, not the dataset's ", m.dataset_samples));
-  std::vector<int64_t> sorted = m.skipped_samples;
+  std::vector<int64_t> sorted;
+  for (const SkippedSample& s : m.skipped_samples) sorted.push_back(s.index);
   std::sort(sorted.begin(), sorted.end());
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i] >= m.dataset_samples) {
@@ -163,7 +85,7 @@ std::vector<std::string> manifest_count_problems(const Manifest& m) {
   return problems;
 }
 
-ShardFindings check_shard(const fs::path& dir, const ManifestShard& s, const Manifest& m, bool checksum) {
+ShardFindings check_shard(const fs::path& dir, const ShardInfo& s, const Manifest& m, bool checksum) {
   ShardFindings f;
   const auto fail = [&](auto&&... why) { f.problems.push_back(cat(s.file, ": ", why...)); };
   const fs::path path = dir / s.file;
@@ -187,7 +109,8 @@ ShardFindings check_shard(const fs::path& dir, const ManifestShard& s, const Man
     f.dtype = r.hidden_dtype();
     const std::vector<std::string> structure = r.structure_problems();
     for (const std::string& p : structure) fail(p);
-    const int64_t P = int64_t(m.point_ids.size());
+    const std::vector<int64_t> point_ids = m.point_ids();
+    const auto P = int64_t(point_ids.size());
     const std::vector<int64_t> want{s.tokens, P, m.hidden_size};
     if (f.shape != want)
       fail("/hidden_states is ", format_shape(f.shape), ", manifest implies [tokens, points, hidden] = ",
@@ -199,8 +122,8 @@ ShardFindings check_shard(const fs::path& dir, const ManifestShard& s, const Man
     const OutputMeta& a = r.meta();
     if (r.format_version() != m.format_version)
       fail("format version ", r.format_version(), ", manifest says ", m.format_version);
-    if (a.point_ids != m.point_ids)
-      fail("capture point ids ", format_shape(a.point_ids), ", manifest says ", format_shape(m.point_ids));
+    if (a.point_ids != point_ids)
+      fail("capture point ids ", format_shape(a.point_ids), ", manifest says ", format_shape(point_ids));
     if (a.hidden != m.hidden_size) fail("hidden_size attribute ", a.hidden, ", manifest says ", m.hidden_size);
     if (a.num_layers != m.num_layers) fail("num_layers attribute ", a.num_layers, ", manifest says ", m.num_layers);
     if (a.architecture != m.architecture)

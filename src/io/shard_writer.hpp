@@ -28,6 +28,8 @@
 
 namespace layertap::io {
 
+// The output format's version: the manifest's format_version and every shard's attribute (the
+// Python reader's FORMAT_VERSION, python/layertap/manifest.py, must equal it).
 inline constexpr int kFormatVersion = 1;
 
 // Written as root attributes of every shard.

@@ -1,14 +1,18 @@
-// Builds this rank's backend for `layertap extract`: the float32 CPU backend, or (in a CUDA
-// build) the bf16 CUDA backend on the GPU of this rank's local rank, with NCCL inside the
-// tensor-parallel group; and what each holds of the host and the device, checked before any weight
-// is read and printed by --dry-run.
+// What differs per backend, behind one interface chosen once per run (choose_backend): what a
+// rank holds of the host (checked before any weight is read), its --dry-run plan, its pre-read of
+// the weights, the Backend it builds, and what it does not run. The CPU backend is in every build
+// (job/cpu_backend_choice.cpp); the CUDA one in a CUDA build (job/cuda_backend_choice.cpp).
+// Adding a backend: one more BackendChoice and one more case in choose_backend.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "comm/mpi_groups.hpp"
+#include "job/extract_options.hpp"
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
@@ -23,45 +27,62 @@ struct RankLoad {
   double gpu_memory_gib = 0;   // --gpu-memory (0: the device's free memory)
 };
 
-// Resolves --backend on every rank alike: "auto" is cuda when every rank sees a GPU (and this
-// build has CUDA) and the CUDA backend runs the model (cuda::unsupported_parts is empty), cpu
-// otherwise. Throws for "cuda" in a build or on a machine without it, or for such a model, before
-// any weight is read. `planning` (--dry-run with --gpu-memory) accepts cuda on a machine without a
-// GPU: the plan is host arithmetic.
-std::string resolve_backend(const std::string& requested, const ModelConfig& cfg, bool planning);
+// What a rank holds of the host: named parts and their sum.
+struct HostPlan {
+  std::vector<std::pair<std::string, int64_t>> parts;
+  int64_t total() const;
+  std::string describe() const;  // "part 1.2 GiB + part 3 MiB"
+};
 
-// Whether this rank sees a GPU (false in a build without CUDA).
-bool gpu_visible();
-
-// Every rank, collectively, before any weight is read: the ranks on this node can hold what their
-// backend keeps on the host (cpu: the float32 weight slices and a batch's activations; cuda: the
-// loader's staging ring, pinned batch and capture buffers and the dataset share); else an error
-// with the numbers and what to change, instead of an out-of-memory kill mid-load.
-void check_host_memory(const std::string& backend, const ModelConfig& cfg, const TpShard& shard, const RankLoad& load);
-// The same check's verdict (collective, the same on every rank): "" when it passes, else the
-// message check_host_memory throws (--dry-run reports it and goes on with the plan).
-std::string host_memory_problem(const std::string& backend, const ModelConfig& cfg, const TpShard& shard,
-                                const RankLoad& load);
-
-// This rank's backend (its TP slice of the weights). `backend` is "cpu" or "cuda".
-std::unique_ptr<Backend> make_backend(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
-                                      const TpShard& shard, MpiGroups& groups, const RankLoad& load);
-
-// --dry-run: this rank's memory plan, a few indented lines (cuda: the device plan by part, whether it
-// fits and the largest --max-batch-tokens that would, NCCL's buffers; both: the host plan). Collective
-// over the TP group (cuda at TP > 1 connects NCCL first and measures free memory after it, as a
-// real run does). Throws for a cuda plan without --gpu-memory on a rank that sees no GPU.
+// --dry-run: a rank's memory plan, a few indented lines, and whether its device plan fits.
 struct RankPlan {
   std::string text;
   bool fits = true;  // the device plan fits (cpu: always)
 };
-RankPlan describe_rank_plan(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
-                            const TpShard& shard, MpiGroups& groups, const RankLoad& load);
 
-// --dry-run --read-weights: reads every byte this rank would load through its backend's load path
-// (cuda: the load plan through the staging ring into host buffers; cpu: the float32 loader) and
-// returns one line: bytes, seconds, GB/s, peak anonymous memory. Throws naming file and tensor.
-std::string pre_read_weights(const std::string& backend, const ModelConfig& cfg, const Checkpoint& ckpt,
-                             const TpShard& shard);
+class BackendChoice {
+ public:
+  BackendChoice(const ModelConfig& cfg, const TpShard& shard) : cfg_(cfg), shard_(shard) {}
+  virtual ~BackendChoice() = default;
+  BackendChoice(const BackendChoice&) = delete;
+  BackendChoice& operator=(const BackendChoice&) = delete;
+
+  virtual const char* name() const = 0;  // "cpu" | "cuda", as the manifest records it
+  // What this rank keeps on the host (cpu: the float32 weight slices; cuda: no weights).
+  virtual HostPlan host_plan(const RankLoad& load) const = 0;
+  // --dry-run's plan of this rank (cuda: the device plan by part and NCCL's buffers; both: the
+  // host plan). Collective over the TP group.
+  virtual RankPlan describe_plan(const Checkpoint& ckpt, MpiGroups& groups, const RankLoad& load) const = 0;
+  // --dry-run --read-weights: every byte this rank would load, through the backend's own load path
+  // and value checks; one line (bytes, seconds, GB/s, peak memory). Throws naming file and tensor.
+  virtual std::string pre_read(const Checkpoint& ckpt) const = 0;
+  // This rank's backend, its TP slice of the weights loaded (collective over the TP group).
+  virtual std::unique_ptr<Backend> build(const Checkpoint& ckpt, MpiGroups& groups, const RankLoad& load) const = 0;
+  // Whether this rank can run the backend now (cuda planned with --gpu-memory without a GPU: no).
+  virtual bool runs_here() const { return true; }
+  // Appended to the not-enough-host-memory message: what else would help.
+  virtual std::string host_memory_hint() const { return ""; }
+
+  const TpShard& shard() const { return shard_; }
+
+ protected:
+  const ModelConfig& cfg_;  // the run's, which outlives the choice
+  TpShard shard_;
+};
+
+// Resolves --backend on every rank alike (collective): auto is cuda when every rank sees a GPU,
+// the build has CUDA and the CUDA backend runs the model, cpu otherwise. Throws for cuda in a
+// build or on a machine without it, or for a model it does not run, before any weight is read.
+// `planning` (--dry-run with --gpu-memory) accepts cuda on a machine without a GPU: the plan is
+// host arithmetic.
+std::unique_ptr<BackendChoice> choose_backend(BackendRequest requested, const ModelConfig& cfg,
+                                              const TpShard& shard, bool planning);
+
+// The host-memory check of every rank, collectively, before any weight is read: "" when the ranks
+// on each node can hold what their backend keeps on the host, else the message (with the numbers
+// and what to change) that a real run stops with; --dry-run reports it and goes on.
+std::string host_memory_problem(const BackendChoice& backend, const RankLoad& load);
+
+std::string gb_per_s(int64_t bytes, double seconds);  // "1.23 GB/s", or "-" for no time
 
 }  // namespace layertap::job

@@ -72,41 +72,64 @@ double peak_rss_mib() {
   return double(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
+// What every rank has settled before any weight is read: the checked model, capture plan, world
+// layout, dataset index and split, the backend, and the verdicts of the memory and space checks.
+struct RunPlan {
+  explicit RunPlan(const ExtractOptions& options) : o(options) {}
+  const ExtractOptions& o;
+  Clock::time_point t_start = Clock::now();
+  WorldLayout world;
+  ModelConfig cfg;
+  TpShard shard;
+  CapturePlan plan;
+  io::DatasetIndex index;
+  std::vector<std::pair<std::size_t, std::size_t>> group_ranges;  // [first, last) sample of each group
+  std::unique_ptr<BackendChoice> backend;                          // refers to cfg
+  RankLoad load;
+  OutputShape output;
+  int64_t projected_bytes = 0;  // of the whole output: projected_output_bytes
+  std::string host_problem;     // host_memory_problem's verdict ("" when it fits)
+};
+
 // --dry-run: every check of a real run, the plan per group, the output's size against the free
 // space, and (with --calibrate-batches) the time from a few batches of each group. Writes nothing.
-// Returns kExitDryRunRefused on every rank when a real run would refuse to start (`host_problem`:
-// host_memory_problem's verdict), after the whole plan is printed; 0 otherwise.
-int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::DatasetIndex& index,
-            const std::vector<std::pair<std::size_t, std::size_t>>& group_ranges, const WorldLayout& world,
-            const TpShard& shard, const std::string& backend_name, const RankLoad& load, int64_t projected,
-            const std::string& host_problem, Clock::time_point t_start) {
+// Returns kExitDryRunRefused on every rank when a real run would refuse to start, after the whole
+// plan is printed; 0 otherwise.
+int dry_run(const RunPlan& run) {
+  const ExtractOptions& o = run.o;
+  const ModelConfig& cfg = run.cfg;
+  const CapturePlan& plan = run.plan;
+  const io::DatasetIndex& index = run.index;
+  const WorldLayout& world = run.world;
+  const BackendChoice& backend_choice = *run.backend;
+  const std::string& host_problem = run.host_problem;
+  const int64_t projected = run.projected_bytes;
   const bool lead = world.world_rank == 0;
   const std::vector<int64_t> lengths = index.lengths();
   std::ostringstream report;
   report << "dry run: nothing is written\n";
   report << "dataset     " << o.data << ": " << index.samples.size() << " samples, " << index.total_tokens()
-         << " tokens, indexed and planned in " << fixed(seconds_since(t_start), 2) << " s\n";
+         << " tokens, indexed and planned in " << fixed(seconds_since(run.t_start), 2) << " s\n";
   report << "layout      world " << world.world_size << " = " << world.dp << " data-parallel groups x tp " << world.tp
-         << ", backend " << backend_name << ", batches of up to " << o.max_batch_tokens << " tokens\n";
+         << ", backend " << backend_choice.name() << ", batches of up to " << o.max_batch_tokens << " tokens\n";
   int64_t most_tokens = 0;
-  for (std::size_t g = 0; g < group_ranges.size(); ++g) {
-    const auto [first, last] = group_ranges[g];
+  for (std::size_t g = 0; g < run.group_ranges.size(); ++g) {
+    const auto [first, last] = run.group_ranges[g];
     const std::vector<int64_t> mine(lengths.begin() + long(first), lengths.begin() + long(last));
     const int64_t tokens = std::accumulate(mine.begin(), mine.end(), int64_t(0));
     most_tokens = std::max(most_tokens, tokens);
-    if (g < 8 || g + 1 == group_ranges.size())
+    if (g < 8 || g + 1 == run.group_ranges.size())
       report << "group " << g << (g < 10 ? "     " : "    ") << (last - first) << " samples, " << tokens << " tokens, "
              << plan_batches(mine, 0, o.max_batch_tokens).size() << " batches\n";
     else if (g == 8)
       report << "...\n";
   }
-  const DType store = io::parse_storage_dtype(o.store_dtype);
-  // float8: one byte per value and a float32 scale per token.
-  const int64_t per_point =
-      index.total_tokens() * (cfg.hidden_size * int64_t(dtype_size(store)) + (store == DType::F8_E4M3 ? 4 : 0));
-  report << "output      " << plan.points.size() << " points x hidden " << cfg.hidden_size << " x " << o.store_dtype
-         << ": " << human_bytes(per_point) << " per point, " << human_bytes(projected) << " in all with token data"
-         << (o.compress == "none" ? "" : " (before " + o.compress + " compression)") << "\n";
+  const DType store = o.store_dtype;
+  const int64_t per_point = run.output.tokens * run.output.point_bytes_per_token();
+  report << "output      " << plan.points.size() << " points x hidden " << cfg.hidden_size << " x "
+         << dtype_name(store) << ": " << human_bytes(per_point) << " per point, " << human_bytes(projected)
+         << " in all with token data"
+         << (o.compress.enabled() ? " (before " + io::compression_name(o.compress) + " compression)" : "") << "\n";
   // Why a real run would refuse to start (world rank 0's list decides: it checks --out in a real run).
   std::vector<std::string> refusals;
   const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
@@ -129,11 +152,11 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
   // Each rank's memory plan (and, with --read-weights, its pre-read), in rank order.
   const Checkpoint ckpt(checkpoint_files(o.model));
   MpiGroups groups(world);
-  const RankPlan rank_plan = describe_rank_plan(backend_name, cfg, ckpt, shard, groups, load);
+  const RankPlan rank_plan = backend_choice.describe_plan(ckpt, groups, run.load);
   const std::vector<std::string> plans = gather_strings(
       cat("rank ", world.world_rank, " (group ", world.dp_rank, ", tp rank ", world.tp_rank, ")\n", rank_plan.text));
   const bool fits = !any_rank(!rank_plan.fits);
-  report << "memory      per rank, backend " << backend_name
+  report << "memory      per rank, backend " << backend_choice.name()
          << (fits ? "" : " (NOT enough device memory: a real run would refuse to start)") << "\n";
   for (const std::string& p : plans) report << indent(p, "  ");
   if (!fits) refusals.push_back("not enough device memory");
@@ -145,21 +168,21 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
     report << "read        skipped (--read-weights): not enough host memory to load the weights\n";
   } else if (o.read_weights) {
     const std::vector<std::string> reads = gather_strings(
-        cat("rank ", world.world_rank, ": ", pre_read_weights(backend_name, cfg, ckpt, shard), "\n"));
+        cat("rank ", world.world_rank, ": ", backend_choice.pre_read(ckpt), "\n"));
     report << "read        every byte each rank loads (--read-weights)\n";
     for (const std::string& r : reads) report << indent(r, "  ");
   }
   // The cuda backend planned for --gpu-memory without a GPU here runs no calibration.
-  const bool can_run = backend_name != "cuda" || !any_rank(!gpu_visible());
+  const bool can_run = backend_choice.runs_here();
   if (o.calibrate_batches > 0 && !can_run)
     report << "calibration skipped: no GPU on this machine (the plan above is for --gpu-memory " << o.gpu_memory_gib
            << " GiB)\n";
   if (o.calibrate_batches > 0 && can_run && fits && host_problem.empty()) {
     // A few batches of each group's own samples, on the backend a real run would use.
     const auto t_load = Clock::now();
-    const std::unique_ptr<Backend> backend = make_backend(backend_name, cfg, ckpt, shard, groups, load);
+    const std::unique_ptr<Backend> backend = backend_choice.build(ckpt, groups, run.load);
     const double load_s = max_over_ranks(seconds_since(t_load));
-    const auto [first, last] = group_ranges[std::size_t(world.dp_rank)];
+    const auto [first, last] = run.group_ranges[std::size_t(world.dp_rank)];
     const std::vector<int64_t> mine(lengths.begin() + long(first), lengths.begin() + long(last));
     auto batches = plan_batches(mine, 0, o.max_batch_tokens);
     batches.resize(std::min(batches.size(), std::size_t(o.calibrate_batches)));
@@ -205,11 +228,13 @@ int dry_run(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& 
 }  // namespace
 
 int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
-  const auto t_start = Clock::now();
+  RunPlan run(o);
+  const auto t_start = run.t_start;
   install_stop_handlers();
   // Until the batch loop, a stop signal ends the run at once (stop_point, polled collectives).
   StopPhase phase("checking the options");
-  const WorldLayout world = make_world_layout(mpi.rank(), mpi.size(), o.tp);
+  run.world = make_world_layout(mpi.rank(), mpi.size(), o.tp);
+  const WorldLayout& world = run.world;
   const bool lead = world.world_rank == 0;  // logs progress, prepares --out, writes the manifest
   cpu::set_num_threads(o.threads);
   check_same_on_all_ranks("options", o.job_identity());
@@ -234,16 +259,21 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       locked = true;
     });
   const std::string config_path = (fs::path(o.model) / "config.json").string();
-  const ModelConfig cfg = load_model_config(config_path);
-  const std::string backend_name = resolve_backend(o.backend, cfg, o.dry_run && o.gpu_memory_gib > 0);
-  const TpShard shard{world.tp_rank, world.tp, parse_moe_split(o.moe_split)};
+  run.cfg = load_model_config(config_path);
+  const ModelConfig& cfg = run.cfg;
+  run.shard = TpShard{world.tp_rank, world.tp, o.moe_split};
+  const TpShard& shard = run.shard;
+  run.backend = choose_backend(o.backend, cfg, shard, o.dry_run && o.gpu_memory_gib > 0);
+  const BackendChoice& backend_choice = *run.backend;
   check_tp_divisibility(cfg, shard);
-  const CapturePlan plan = resolve_capture(o.capture, cfg.num_layers);
+  run.plan = resolve_capture(o.capture, cfg.num_layers);
+  const CapturePlan& plan = run.plan;
   // One validating pass over the dataset (rank 0), the same errors everywhere; each rank then
   // parses only its group's samples.
   phase.enter("indexing the dataset");
-  const io::DatasetIndex index = share_dataset_index(
+  run.index = share_dataset_index(
       o.data, cfg, o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())), lead);
+  const io::DatasetIndex& index = run.index;
   check_sample_lengths(index, o.data, o.max_batch_tokens);
   if (lead)
     log_info("dataset ", o.data, " indexed in ", seconds_since(t_start), " s: ", index.samples.size(), " samples, ",
@@ -251,30 +281,28 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const std::string& dataset_sha256 = index.sha256;
   const int64_t total_tokens = index.total_tokens();
   const std::vector<int64_t> lengths = index.lengths();
-  const auto group_ranges = split_by_tokens(lengths, world.dp);
-  const auto [first_sample, last_sample] = group_ranges[std::size_t(world.dp_rank)];
+  run.group_ranges = split_by_tokens(lengths, world.dp);
+  const auto [first_sample, last_sample] = run.group_ranges[std::size_t(world.dp_rank)];
   const int64_t group_tokens = std::accumulate(lengths.begin() + long(first_sample),
                                                lengths.begin() + long(last_sample), int64_t(0));
   // Parsed samples: int32 ids and a uint8 mask per token, and an id string and vectors per sample.
-  const RankLoad load{o.max_batch_tokens, int64_t(plan.points.size()),
+  run.load = RankLoad{o.max_batch_tokens, int64_t(plan.points.size()),
                       group_tokens * 5 + int64_t(last_sample - first_sample) * 128, o.gpu_memory_gib};
-  const std::string host_problem = host_memory_problem(backend_name, cfg, shard, load);  // collective
-  LT_CHECK(o.dry_run || host_problem.empty(), host_problem);
+  run.host_problem = host_memory_problem(backend_choice, run.load);  // collective
+  LT_CHECK(o.dry_run || run.host_problem.empty(), run.host_problem);
   if (lead)  // after the checks that can fail: a warning must not precede an unrelated error
     for (const std::string& w : plan.warnings) log_warn(w);
-  const int64_t projected = projected_output_bytes(total_tokens, int64_t(index.samples.size()),
-                                                   int64_t(plan.points.size()), cfg.hidden_size,
-                                                   io::parse_storage_dtype(o.store_dtype), world.dp,
-                                                   o.shard_size_mib << 20);
+  run.output = OutputShape{total_tokens, int64_t(index.samples.size()), int64_t(plan.points.size()), cfg.hidden_size,
+                           o.store_dtype};
+  run.projected_bytes = projected_output_bytes(run.output, world.dp, o.shard_size_mib << 20);
+  const int64_t projected = run.projected_bytes;
   phase.enter("planning (--dry-run)");
-  if (o.dry_run)
-    return dry_run(o, cfg, plan, index, group_ranges, world, shard, backend_name, load, projected, host_problem,
-                   t_start);
+  if (o.dry_run) return dry_run(run);
   run_on_world_root(lead, [&] {
     const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
     LT_CHECK(o.ignore_free_space || projected <= available, "the output will take about ", human_bytes(projected),
              " (", total_tokens, " tokens x ", plan.points.size(), " points x hidden ", cfg.hidden_size, " as ",
-             o.store_dtype, ", plus token data) but only ", human_bytes(available), " are free at '", o.out,
+             dtype_name(o.store_dtype), ", plus token data) but only ", human_bytes(available), " are free at '", o.out,
              "'; free space, choose another --out, capture fewer points, or pass --ignore-free-space");
   });
   phase.enter("reading this rank's samples");
@@ -329,7 +357,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
     log_info("capture '", o.capture, "' -> ", points);
   }
   phase.enter("loading the weights");
-  const std::unique_ptr<Backend> backend = make_backend(backend_name, cfg, ckpt, shard, groups, load);
+  const std::unique_ptr<Backend> backend = backend_choice.build(ckpt, groups, run.load);
   phase.enter("waiting for the other ranks to load their weights");
   world_barrier();
   phase.end();  // the batch loop stops gracefully after the batch in flight
@@ -375,7 +403,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       std::vector<int64_t> drop;
       for (const auto& bad : cb.nonfinite_samples()) {
         const io::Sample& s = mine[first + std::size_t(bad.sample)];
-        LT_CHECK(o.on_nonfinite == "skip", "sample '", s.id, "' (index ", s.index, ") has NaN/Inf states at capture point ",
+        LT_CHECK(o.on_nonfinite == NonFinitePolicy::Skip, "sample '", s.id, "' (index ", s.index, ") has NaN/Inf states at capture point ",
                  plan.points[std::size_t(bad.point)].spec, "; pass --on-nonfinite skip to leave such samples out");
         log_warn("skipping sample '", s.id, "' (index ", s.index, "): NaN/Inf states at capture point ",
                  plan.points[std::size_t(bad.point)].spec);
@@ -406,9 +434,18 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   // Rank order = group order = input order: the manifest lists shards in dataset order.
   const std::vector<std::string> parts = gather_strings(my_part.dump());
   if (lead)
-    write_manifest(o, cfg, plan, meta, world, index.samples.size(), total_tokens, dataset_sha256, parts, stopped,
-                   backend->name(), seconds_since(t_start), double(tokens_this_run) / seconds_since(t_loaded),
-                   peak_mib_max);
+    write_manifest(RunRecord{.opts = o,
+                             .cfg = cfg,
+                             .plan = plan,
+                             .meta = meta,
+                             .world = world,
+                             .dataset = {index.samples.size(), total_tokens, dataset_sha256},
+                             .backend = backend->name(),
+                             .seconds = seconds_since(t_start),
+                             .tokens_per_s = double(tokens_this_run) / seconds_since(t_loaded),
+                             .peak_rss_mib_max = peak_mib_max,
+                             .stopped = stopped},
+                   parts);
   // No rank exits before the manifest is on disk: a launcher that ends the job when a rank exits
   // (srun --kill-on-bad-exit, after a graceful stop's exit code 75) must not cut it short.
   world_barrier();

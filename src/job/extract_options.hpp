@@ -1,29 +1,41 @@
 // What one `layertap extract` run is asked to do: filled by the command line and job files
-// (cli/options), read by the job (job/extract_job).
+// (cli/options), read by the job (job/extract_job). Every choice is parsed once, into the typed
+// value the job uses; the *_name functions give back the spellings the manifest records.
 #pragma once
 #include <cstdint>
 #include <string>
 
+#include "core/dtype.hpp"
+#include "io/compression.hpp"
 #include "model/packed_batch.hpp"  // kMaxBatchTokens: --max-batch-tokens' upper bound
+#include "model/weights.hpp"       // MoeSplit
 
 namespace layertap {
+
+enum class BackendRequest { Auto, Cpu, Cuda };  // --backend
+BackendRequest parse_backend_request(const std::string& s);  // "auto" | "cpu" | "cuda"
+const char* backend_request_name(BackendRequest b);
+
+enum class NonFinitePolicy { Fail, Skip };  // --on-nonfinite: a sample with NaN/Inf states
+NonFinitePolicy parse_nonfinite_policy(const std::string& s);  // "fail" | "skip"
+const char* nonfinite_policy_name(NonFinitePolicy p);
 
 struct ExtractOptions {
   std::string model;             // Hugging Face model directory
   std::string data;              // JSONL dataset
   std::string out;               // output directory
-  std::string capture = "eagle3";
-  std::string backend = "auto";
+  std::string capture = "eagle3";  // resolved against the model's layer count (model/capture)
+  BackendRequest backend = BackendRequest::Auto;
   int tp = 1;                    // tensor-parallel group size; world size / tp data-parallel groups
-  std::string moe_split = "experts";  // experts | intermediate: routed experts over the TP group
+  MoeSplit moe_split = MoeSplit::Experts;  // routed experts over the TP group
   int64_t max_batch_tokens = 8192;
   int threads = 0;               // OpenBLAS threads per rank; 0 = library default
-  std::string store_dtype = "bfloat16";  // bfloat16 | float32 | float8_e4m3
-  std::string compress = "none";         // none | lz4 | zstd[:level] | gzip[:level]
+  DType store_dtype = DType::BF16;  // BF16 | F32 | F8_E4M3
+  io::Compression compress;         // of /hidden_states
   int64_t shard_size_mib = 2048;
   bool overwrite = false;
   bool resume = false;           // continue an interrupted run in --out
-  std::string on_nonfinite = "fail";  // fail | skip: a sample with NaN/Inf states
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::Fail;
   bool dry_run = false;          // plan, estimate and check; write nothing
   int64_t calibrate_batches = 2; // --dry-run: batches run per group to estimate the time (0: none)
   bool read_weights = false;     // --dry-run: pre-read and check every byte each rank would load

@@ -89,11 +89,13 @@ int64_t available_bytes(const fs::path& dir, bool reuse) {
   return free_bytes_at(dir) + (reuse ? shard_bytes_in(dir) : 0);
 }
 
-int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, int64_t hidden, DType dtype,
-                               int64_t groups, int64_t shard_bytes) {
-  // float8 storage adds a float32 scale per token and point.
-  const int64_t per_value = points * (hidden * int64_t(dtype_size(dtype)) + (dtype == DType::F8_E4M3 ? 4 : 0));
-  const int64_t data = tokens * (per_value + 5) + samples * 16;
+int64_t OutputShape::point_bytes_per_token() const {
+  return hidden * int64_t(dtype_size(dtype)) + (dtype == DType::F8_E4M3 ? 4 : 0);
+}
+
+int64_t projected_output_bytes(const OutputShape& output, int64_t groups, int64_t shard_bytes) {
+  const int64_t per_token = output.points * output.point_bytes_per_token();
+  const int64_t data = output.tokens * (per_token + 5) + output.samples * 16;
   // Per shard: HDF5 metadata and the written part of its partial token chunks. (The unwritten tail
   // of a shard's last /hidden_states chunk stays a hole in the file: it takes no disk space.)
   constexpr int64_t kPerShard = int64_t(256) << 10;
@@ -186,7 +188,7 @@ std::vector<std::string> complete_run_problems(const fs::path& dir) {
     return {cat("manifest.json cannot be trusted: ", e.what())};
   }
   std::error_code ec;
-  for (const io::ManifestShard& s : m.shards) {
+  for (const io::ShardInfo& s : m.shards) {
     const fs::file_status st = fs::symlink_status(dir / s.file, ec);
     if (fs::exists(st) && !fs::is_regular_file(st)) {
       problems.push_back(cat(s.file, ": not a regular file (a symlink, a directory or a special file)"));

@@ -36,12 +36,19 @@ int64_t shard_bytes_in(const std::filesystem::path& dir);
 // keeps them, --overwrite replaces them).
 int64_t available_bytes(const std::filesystem::path& dir, bool reuse);
 
-// Bytes of an output: hidden states [T, P, H] of `dtype`, input ids (int32) and loss masks (uint8)
-// per token, offsets and sample indices (int64) per sample, and per shard its HDF5 metadata;
-// `groups` writers close a shard every `shard_bytes` of hidden states. Lossless compression is
-// not counted (the projection is an upper bound for it).
-int64_t projected_output_bytes(int64_t tokens, int64_t samples, int64_t points, int64_t hidden, DType dtype,
-                               int64_t groups, int64_t shard_bytes);
+// What an output holds: hidden states [T, P, H] of `dtype` for `samples` samples of T tokens.
+struct OutputShape {
+  int64_t tokens = 0, samples = 0, points = 0, hidden = 0;
+  DType dtype = DType::BF16;
+  // Bytes of one point of one token's state (float8 storage adds a float32 scale per token and point).
+  int64_t point_bytes_per_token() const;
+};
+
+// Bytes of an output: its hidden states, input ids (int32) and loss masks (uint8) per token,
+// offsets and sample indices (int64) per sample, and per shard its HDF5 metadata; `groups` writers
+// close a shard every `shard_bytes` of hidden states. Lossless compression is not counted (the
+// projection is an upper bound for it).
+int64_t projected_output_bytes(const OutputShape& output, int64_t groups, int64_t shard_bytes);
 
 // World rank 0 only, before any shard is written. Creates the directory and proves it writable.
 // An earlier run in it is refused unless `overwrite` (its files are removed) or `resume`: then its

@@ -8,6 +8,7 @@
 #include "core/stop_request.hpp"
 #include "core/text.hpp"
 #include "io/durable_file.hpp"
+#include "io/manifest.hpp"
 #include "io/output_writer.hpp"
 #include "io/progress.hpp"
 #include "io/shard_reader.hpp"
@@ -31,8 +32,8 @@ io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg,
   meta.convention = kCaptureConvention;
   meta.num_layers = cfg.num_layers;
   meta.hidden = cfg.hidden_size;
-  meta.dtype = io::parse_storage_dtype(o.store_dtype);
-  meta.compression = io::parse_compression(o.compress);
+  meta.dtype = o.store_dtype;
+  meta.compression = o.compress;
   meta.architecture = cfg.architecture;
   meta.config_sha256 = config_sha256;
   meta.weights_fingerprint = weights_fingerprint;
@@ -67,78 +68,70 @@ json skipped_before_resume(const fs::path& dir, const std::vector<io::ShardInfo>
   return skipped;
 }
 
-void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::OutputMeta& meta,
-                    const WorldLayout& world, std::size_t dataset_samples, int64_t total_tokens,
-                    const std::string& dataset_sha256, const std::vector<std::string>& parts, bool stopped,
-                    const std::string& backend_name, double seconds, double tokens_per_s, double peak_mib_max) {
-  json shards = json::array(), all_skipped = json::array();
-  int64_t bytes = 0, written_samples = 0, written_tokens = 0;
-  for (const std::string& text : parts) {
+void write_manifest(const RunRecord& run, const std::vector<std::string>& parts) {
+  const ExtractOptions& o = run.opts;
+  const ModelConfig& cfg = run.cfg;
+  const CapturePlan& plan = run.plan;
+  const io::OutputMeta& meta = run.meta;
+  const WorldLayout& world = run.world;
+  const std::size_t dataset_samples = run.dataset.samples;
+  const bool stopped = run.stopped;
+  io::Manifest m;
+  for (const std::string& text : parts) {  // {"shards": [ShardInfo], "skipped": [{index, id, reason}]}
     const json part = json::parse(text);
     for (const json& s : part["shards"]) {
-      bytes += s["bytes"].get<int64_t>();
-      written_samples += s["samples"].get<int64_t>();
-      written_tokens += s["tokens"].get<int64_t>();
-      shards.push_back(s);
+      m.shards.push_back(io::shard_info_from_json(s));
+      m.total_bytes += m.shards.back().bytes;
+      m.total_samples += m.shards.back().samples;
+      m.total_tokens += m.shards.back().tokens;
     }
-    for (const json& s : part["skipped"]) all_skipped.push_back(s);
+    for (const json& s : part["skipped"])
+      m.skipped_samples.push_back({s.at("index").get<int64_t>(), s.at("id").get<std::string>(),
+                                   s.at("reason").get<std::string>()});
   }
-  const bool complete = !stopped;
-  if (complete)
-    LT_CHECK(written_samples + int64_t(all_skipped.size()) == int64_t(dataset_samples), "the shards hold ",
-             written_samples, " samples and ", all_skipped.size(), " were skipped, but the dataset has ", dataset_samples);
-  json m;
-  m["format_version"] = io::kFormatVersion;
-  m["complete"] = complete;
-  json pts = json::array();
+  m.complete = !stopped;
+  if (m.complete)
+    LT_CHECK(m.total_samples + int64_t(m.skipped_samples.size()) == int64_t(dataset_samples), "the shards hold ",
+             m.total_samples, " samples and ", m.skipped_samples.size(), " were skipped, but the dataset has ",
+             dataset_samples);
+  m.capture_request = o.capture;
+  m.capture_convention = kCaptureConvention;
   for (std::size_t p = 0; p < plan.points.size(); ++p)
-    pts.push_back({{"spec", plan.points[p].spec}, {"id", plan.points[p].id}, {"meaning", plan.meaning(p)}});
-  m["capture"] = {{"request", o.capture}, {"convention", kCaptureConvention}, {"points", pts}};
-  m["model"] = {{"dir", fs::absolute(o.model).string()},
-                {"architecture", cfg.architecture},
-                {"num_hidden_layers", cfg.num_layers},
-                {"hidden_size", cfg.hidden_size},
-                {"vocab_size", cfg.vocab_size},
-                {"checkpoint_dtype", dtype_name(cfg.torch_dtype)},
-                {"quantization", cfg.quant.describe()},
-                {"config_sha256", meta.config_sha256},
-                {"weights_fingerprint", meta.weights_fingerprint}};
-  m["dataset"] = {{"path", fs::absolute(o.data).string()},
-                  {"sha256", dataset_sha256},
-                  {"samples", dataset_samples},
-                  {"tokens", total_tokens}};
-  m["storage_dtype"] = dtype_name(meta.dtype);
-  m["compression"] = io::compression_name(meta.compression);
-  if (meta.dtype == DType::F8_E4M3) {
-    // Each point's float8 error against the bf16 states it stores, over every shard.
-    std::vector<io::ShardInfo> all;
-    for (const json& s : shards) all.push_back(io::shard_info_from_json(s));
-    const std::vector<io::Fp8Fidelity> fidelity = io::fp8_fidelity_of(o.out, all);
-    json per_point = json::array();
-    for (std::size_t p = 0; p < fidelity.size(); ++p)
-      per_point.push_back({{"spec", plan.points[p].spec}, {"error_vs_bfloat16", io::to_json(fidelity[p])}});
-    m["float8_fidelity"] = per_point;
-  }
-  m["shards"] = shards;
-  m["skipped_samples"] = all_skipped;
-  m["totals"] = {{"samples", written_samples}, {"tokens", written_tokens}, {"bytes", bytes}};
-  m["run"] = {{"command", o.command},
-              {"layertap_version", LAYERTAP_VERSION},
-              {"created", utc_timestamp()},
-              {"backend", backend_name},
-              {"world_size", world.world_size},
-              {"tp", world.tp},
-              {"dp", world.dp},
-              {"moe_split", o.moe_split},
-              {"max_batch_tokens", o.max_batch_tokens},
-              {"seconds", seconds},
-              {"tokens_per_s", tokens_per_s},
-              {"peak_rss_mib_max", peak_mib_max}};
-  if (stopped) m["run"]["stopped_by"] = stop_signal_name()[0] ? stop_signal_name() : "signal on another rank";
+    m.points.push_back({plan.points[p].spec, plan.points[p].id, plan.meaning(p)});
+  m.model_dir = fs::absolute(o.model).string();
+  m.architecture = cfg.architecture;
+  m.num_layers = cfg.num_layers;
+  m.hidden_size = cfg.hidden_size;
+  m.vocab_size = cfg.vocab_size;
+  m.checkpoint_dtype = dtype_name(cfg.torch_dtype);
+  m.quantization = cfg.quant.describe();
+  m.config_sha256 = meta.config_sha256;
+  m.weights_fingerprint = meta.weights_fingerprint;
+  m.dataset_path = fs::absolute(o.data).string();
+  m.dataset_sha256 = run.dataset.sha256;
+  m.dataset_samples = int64_t(dataset_samples);
+  m.dataset_tokens = run.dataset.tokens;
+  m.storage_dtype = dtype_name(meta.dtype);
+  m.compression = io::compression_name(meta.compression);
+  // Each point's float8 error against the bf16 states it stores, over every shard.
+  if (meta.dtype == DType::F8_E4M3) m.float8_fidelity = io::fp8_fidelity_of(o.out, m.shards);
+  m.run = {.command = o.command,
+           .layertap_version = LAYERTAP_VERSION,
+           .created = utc_timestamp(),
+           .backend = run.backend,
+           .moe_split = moe_split_name(o.moe_split),
+           .stopped_by = !stopped ? "" : stop_signal_name()[0] ? stop_signal_name() : "signal on another rank",
+           .world_size = world.world_size,
+           .tp = world.tp,
+           .dp = world.dp,
+           .max_batch_tokens = o.max_batch_tokens,
+           .seconds = run.seconds,
+           .tokens_per_s = run.tokens_per_s,
+           .peak_rss_mib_max = run.peak_rss_mib_max};
   failpoint("manifest");  // crash tests: die with every shard written but no manifest
-  io::write_json_atomically(fs::path(o.out) / "manifest.json", m);
-  log_info(complete ? "done: " : "stopped, resumable with --resume: ", written_samples, " samples, ", written_tokens,
-           " tokens, ", shards.size(), " shards, ", human_bytes(bytes), " in ", seconds, " s (", int64_t(tokens_per_s),
+  io::write_json_atomically(fs::path(o.out) / "manifest.json", io::manifest_json(m));
+  log_info(m.complete ? "done: " : "stopped, resumable with --resume: ", m.total_samples, " samples, ",
+           m.total_tokens, " tokens, ", m.shards.size(), " shards, ", human_bytes(m.total_bytes), " in ", run.seconds, " s (", int64_t(run.tokens_per_s),
            " tokens/s after loading) -> ", o.out);
 }
 

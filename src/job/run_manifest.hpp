@@ -30,10 +30,24 @@ nlohmann::json run_identity(const io::OutputMeta& meta, const std::string& datas
 nlohmann::json skipped_before_resume(const std::filesystem::path& dir, const std::vector<io::ShardInfo>& kept,
                                      const std::vector<io::Sample>& mine, std::size_t done);
 
+// What manifest.json records of a run beside its shards.
+struct RunRecord {
+  const ExtractOptions& opts;
+  const ModelConfig& cfg;
+  const CapturePlan& plan;
+  const io::OutputMeta& meta;
+  WorldLayout world;
+  struct Dataset {
+    std::size_t samples = 0;
+    int64_t tokens = 0;
+    std::string sha256;
+  } dataset;
+  std::string backend;  // the backend's name()
+  double seconds = 0, tokens_per_s = 0, peak_rss_mib_max = 0;
+  bool stopped = false;  // by a stop signal: the manifest says "complete": false
+};
+
 // Rank 0: the manifest, from every rank's shard list (`parts`, in rank order = input order).
-void write_manifest(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan, const io::OutputMeta& meta,
-                    const WorldLayout& world, std::size_t dataset_samples, int64_t total_tokens,
-                    const std::string& dataset_sha256, const std::vector<std::string>& parts, bool stopped,
-                    const std::string& backend_name, double seconds, double tokens_per_s, double peak_mib_max);
+void write_manifest(const RunRecord& run, const std::vector<std::string>& parts);
 
 }  // namespace layertap::job

@@ -13,32 +13,23 @@ All runs are seeded and bounded in time; the holding job is slowed in its batch 
 failpoint (forward:1:delay=250: a quarter second per batch, about 30 s in all), so that it still
 runs while the others are tried whatever the machine's speed.
 """
-import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 from pathlib import Path
 
-ARGS = None
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
-ENV.pop("SLURM_JOB_ID", None)
+import e2e_common
+from e2e_common import ARGS, run_tests, write_dataset
+
+ENV = dict(e2e_common.ENV)
+ENV.pop("SLURM_JOB_ID", None)  # the lock records of these runs name no Slurm job
 COMMON = ["--store-dtype", "float32", "--max-batch-tokens", "512", "--shard-size-mib", "1", "--capture", "0,2,final",
           "--log-level", "warning"]
-
-
-def write_dataset(path, n, seed):
-    rng = random.Random(seed)
-    with open(path, "w") as f:
-        for i in range(n):
-            ids = [rng.randrange(150) for _ in range(rng.randint(60, 200))]
-            f.write(json.dumps({"id": f"s{i}", "input_ids": ids}) + "\n")
 
 
 class ConcurrentJobs(unittest.TestCase):
@@ -176,15 +167,5 @@ class ConcurrentJobs(unittest.TestCase):
         self.assert_verifies(out)
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layertap", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--fixtures", required=True)
-    ARGS, rest = ap.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "mpirun", "fixtures"))

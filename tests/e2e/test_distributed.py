@@ -7,35 +7,15 @@ Layouts (np, tp): (1,1) is the reference; (2,2) tensor parallel, (2,1) data para
 tokens and masks exactly; hidden states within float32 tolerance (relative Frobenius 1e-5
 per sample and point).
 """
-import argparse
-import json
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
 
-import h5py
 import numpy as np
 
-ARGS = None
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
-
-
-def read_output(out):
-    """All samples of an output directory in manifest order: (index, ids, mask, states)."""
-    manifest = json.loads((out / "manifest.json").read_text())
-    samples = []
-    for shard in manifest["shards"]:
-        with h5py.File(out / shard["file"], "r") as h:
-            off = h["sample_offsets"][:]
-            hs, ids, mask = h["hidden_states"][:], h["input_ids"][:], h["loss_mask"][:]
-            for s, idx in enumerate(h["sample_index"][:]):
-                a, b = off[s], off[s + 1]
-                samples.append((int(idx), ids[a:b], mask[a:b], hs[a:b]))
-    return manifest, samples
+from e2e_common import ARGS, ENV, read_output, run_tests
 
 
 class Distributed(unittest.TestCase):
@@ -128,15 +108,5 @@ class Distributed(unittest.TestCase):
         self.assertFalse((out / "manifest.json").exists())
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layertap", required=True)
-    parser.add_argument("--mpirun", required=True)
-    parser.add_argument("--fixtures", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "mpirun", "fixtures"))

@@ -6,13 +6,10 @@ h5dump, and checks tokens, masks, offsets, sample order and states against the i
 Hugging Face reference of tests/fixtures. Bad input must fail with a clear message, a non-zero
 exit and no manifest.
 """
-import argparse
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -20,9 +17,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from safetensors_io import read_safetensors
-
-ARGS = None
+from e2e_common import ARGS, read_safetensors, run_tests
 
 
 def read_jsonl(path):
@@ -296,14 +291,5 @@ class Extract(unittest.TestCase):
         self.expect_failure("exists and is not a directory", out=blocker / "sub")
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layertap", required=True)
-    parser.add_argument("--fixtures", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "fixtures"))

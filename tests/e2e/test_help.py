@@ -3,19 +3,19 @@
   - extract, verify: every --option the help text mentions (usage line and prose) is one of the
     options its table lists, a usage line that spells options out lists them all, and every listed
     option parses (an unknown one is refused);
-  - bench (CUDA builds): every --option of its hand-written help is accepted by its parser (only a
-    missing or bad value is reported, never "unknown option"), and an unknown one is refused;
+  - bench (CUDA builds): every --option its help mentions is one its table lists and is accepted
+    by its parser (only a missing or bad value is reported, never "unknown option"), and an unknown
+    one is refused;
   - README.md and docs/*.md: every --option written after `layertap <command>` on a line is one
     that command's help lists (a doc that shows a removed or misspelt option fails here).
 """
-import argparse
 import re
 import subprocess
-import sys
 import unittest
 from pathlib import Path
 
-ARGS = None
+from e2e_common import ARGS, run_tests
+
 OPTION = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
 
 
@@ -70,6 +70,7 @@ class Help(unittest.TestCase):
         text = help_text("bench")
         opts = set(OPTION.findall(text)) - {"help"}
         self.assertGreater(len(opts), 10, text)
+        self.assertEqual(opts - table_options(text), set(), "bench --help mentions unlisted options")
         for opt in sorted(opts):
             with self.subTest(option=opt):
                 r = subprocess.run([ARGS.layertap, "bench", f"--{opt}", "?"], capture_output=True, text=True)
@@ -94,14 +95,5 @@ class Help(unittest.TestCase):
         self.assertEqual(bad, [], "docs show options the command does not have")
 
 
-def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("--layertap", required=True)
-    p.add_argument("--source", required=True)
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "source"))

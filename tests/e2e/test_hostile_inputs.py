@@ -7,7 +7,6 @@ Each row asserts: exit code 1 (an error, not a signal or a hang), the file/key/t
 message, a message of bounded length, and no manifest.json written. One row runs under mpirun
 -np 2 and asserts that the job fails as a whole.
 """
-import argparse
 import itertools
 import json
 import os
@@ -18,15 +17,9 @@ import tempfile
 import unittest
 from pathlib import Path
 
-ARGS = None
+from e2e_common import ARGS, ENV, read_safetensors_raw, run_tests
+
 RUNS = itertools.count()  # a fresh --out per run
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
-
-
-def read_safetensors(path):
-    raw = path.read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8:8 + n]), raw[8 + n:]
 
 
 def write_safetensors(path, header_text, data):
@@ -57,7 +50,7 @@ class Hostile(unittest.TestCase):
     def with_header(self, name, edit):
         """A model whose safetensors header is rewritten by edit(header dict, data) -> (text, data)."""
         d = self.model_copy(name)
-        header, data = read_safetensors(d / "model.safetensors")
+        header, data = read_safetensors_raw(d / "model.safetensors")
         text, data = edit(header, data)
         write_safetensors(d / "model.safetensors", text, data)
         return d
@@ -183,7 +176,7 @@ class Hostile(unittest.TestCase):
         for name, target in [("dotdot", "../llama/model.safetensors"), ("absolute", "/etc/passwd"), ("empty", "")]:
             with self.subTest(name):
                 d = self.model_copy("index_" + name)
-                header, _ = read_safetensors(d / "model.safetensors")
+                header, _ = read_safetensors_raw(d / "model.safetensors")
                 index = {"weight_map": {k: target for k in header if k != "__metadata__"}}
                 (d / "model.safetensors.index.json").write_text(json.dumps(index))
                 self.expect_refused(["model.safetensors.index.json", "maps to"], model=d)
@@ -326,15 +319,5 @@ class Hostile(unittest.TestCase):
                 self.expect_refused(expected, out=out, extra=["--resume", "--shard-size-mib", "1"])
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layertap", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--fixtures", required=True)
-    ARGS, rest = ap.parse_known_args()
-    unittest.main(argv=[os.sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "mpirun", "fixtures"))

@@ -5,16 +5,14 @@ layertap-prep/-export wrappers run the tools from the Python environment (LAYERT
 where it does not exist yet, say in one line how to create it and exit 2; jobs/ and the docs are
 under P/share.
 """
-import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
 
-ARGS = None
+from e2e_common import ARGS, run_tests
 
 
 class Install(unittest.TestCase):
@@ -67,14 +65,5 @@ class Install(unittest.TestCase):
                     self.assertIn(f"usage: {tool}", r.stdout)
 
 
-def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("--build", required=True)
-    p.add_argument("--pyenv", default=os.environ.get("LAYERTAP_PYENV", "/opt/layertap-pyenv"))
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("build", "pyenv"), defaults={"pyenv": os.environ.get("LAYERTAP_PYENV", "/opt/layertap-pyenv")})

@@ -4,48 +4,22 @@ shards equal Hugging Face's reference (tests/fixtures/models/<name>/reference.sa
 tensor and expert parallelism, and bad layouts or inputs fail every rank with a clear message and
 no manifest. Prints each run's peak resident memory per rank (a figure, not a check).
 """
-import argparse
 import json
-import os
 import shutil
-import struct
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
 
-import h5py
 import numpy as np
 
-ARGS = None
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
+from e2e_common import ARGS, ENV, read_output, read_safetensors, run_tests
 
 
 def read_reference(path):
-    """The fixture's reference states: {sample index: float32 [L+2, T, H]} (safetensors read by hand:
-    Debian's Python has no safetensors package)."""
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    states = {}
-    for name, t in header.items():
-        if name.endswith(".states"):
-            a, b = t["data_offsets"]
-            states[int(name[len("sample"):-len(".states")])] = np.frombuffer(data[a:b], np.float32).reshape(t["shape"])
-    return states
-
-
-def read_output(out):
-    manifest = json.loads((out / "manifest.json").read_text())
-    samples = {}
-    for shard in manifest["shards"]:
-        with h5py.File(out / shard["file"], "r") as h:
-            off, hs = h["sample_offsets"][:], h["hidden_states"][:]
-            for s, idx in enumerate(h["sample_index"][:]):
-                samples[int(idx)] = hs[off[s]:off[s + 1]]
-    return manifest, samples
+    """The fixture's reference states: {sample index: float32 [L+2, T, H]}."""
+    return {int(name[len("sample"):-len(".states")]): a for name, a in read_safetensors(path).items()
+            if name.endswith(".states")}
 
 
 class Moe(unittest.TestCase):
@@ -76,7 +50,8 @@ class Moe(unittest.TestCase):
                     p, out = self.mpirun(tp, model, "--tp", tp, "--moe-split", split, "--capture", "0,2,last,final",
                                          "--store-dtype", "float32", out=self.tmp / f"{model}-{tp}-{split}")
                     self.assertEqual(p.returncode, 0, p.stderr)
-                    manifest, got = read_output(out)
+                    manifest, samples = read_output(out)
+                    got = {s.index: s.states for s in samples}
                     self.assertEqual(manifest["run"]["moe_split"], split)
                     self.assertEqual(sorted(got), sorted(ref))
                     worst = 0.0
@@ -125,15 +100,5 @@ class Moe(unittest.TestCase):
         self.assertIn("quant_method 'awq' is not supported", p.stderr)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layertap", required=True)
-    parser.add_argument("--mpirun", required=True)
-    parser.add_argument("--fixtures", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "mpirun", "fixtures"))

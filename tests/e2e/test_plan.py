@@ -11,7 +11,6 @@ weight_shape, a NaN FP8 scale and a truncated shard are refused by name on every
 GPU would be used; --backend cuda without --gpu-memory on a machine without a GPU says what to pass;
 a plan that does not fit exits 3 on every rank (0 when it fits).
 """
-import argparse
 import json
 import os
 import re
@@ -23,16 +22,14 @@ import tempfile
 import unittest
 from pathlib import Path
 
-ARGS = None
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
+from e2e_common import ARGS, ENV, read_safetensors_header, run_tests
+
 GIB = 1 << 30
 
 
 def tensor_offset(path, name):
     """(file offset, dtype) of tensor `name` in one safetensors file."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
+    n, _, header = read_safetensors_header(path)
     return 8 + n + header[name]["data_offsets"][0], header[name]["dtype"]
 
 
@@ -168,15 +165,5 @@ class Plan(unittest.TestCase):
         self.assertIn(shard.name, r.stderr)
 
 
-def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("--layertap", required=True)
-    p.add_argument("--mpirun", required=True)
-    p.add_argument("--tool", required=True)
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "mpirun", "tool"))

@@ -15,14 +15,11 @@
   complete runs whose shards were truncated or deleted are recomputed, never listed as done.
 All runs are seeded and bounded in time.
 """
-import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -31,29 +28,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-ARGS = None
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
+from e2e_common import ARGS, ENV, read_output, run_tests, write_dataset
+
 COMMON = ["--store-dtype", "float32", "--max-batch-tokens", "512", "--shard-size-mib", "1"]
-
-
-def read_output(out):
-    manifest = json.loads((out / "manifest.json").read_text())
-    samples = []
-    for shard in manifest["shards"]:
-        with h5py.File(out / shard["file"], "r") as h:
-            off, hs = h["sample_offsets"][:], h["hidden_states"][:]
-            ids, mask = h["input_ids"][:], h["loss_mask"][:]
-            for s, idx in enumerate(h["sample_index"][:]):
-                samples.append((int(idx), ids[off[s]:off[s + 1]], mask[off[s]:off[s + 1]], hs[off[s]:off[s + 1]]))
-    return manifest, samples
-
-
-def write_dataset(path, n, seed, lo=60, hi=200):
-    rng = random.Random(seed)
-    with open(path, "w") as f:
-        for i in range(n):
-            ids = [rng.randrange(150) for _ in range(rng.randint(lo, hi))]
-            f.write(json.dumps({"id": f"s{i}", "input_ids": ids}) + "\n")
 
 
 class Resilience(unittest.TestCase):
@@ -433,15 +410,5 @@ class Resilience(unittest.TestCase):
             subprocess.run(["umount", "-l", str(mnt)])
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layertap", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--fixtures", required=True)
-    ARGS, rest = ap.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "mpirun", "fixtures"))

@@ -7,7 +7,6 @@ __metadata__, contiguous data_offsets in safetensors' dtype-then-name order, fil
 weight_shape values, holes by default and --fill-scales values; and the layouts generated from the
 committed fixtures' config.json equal the fixtures' own tensor lists.
 """
-import argparse
 import json
 import os
 import shutil
@@ -20,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-ARGS = None
+from e2e_common import ARGS, read_safetensors_header, run_tests
+
 DTYPE_SIZE = {"F8_E4M3": 1, "F16": 2, "BF16": 2, "I32": 4, "F32": 4, "I64": 8}
 # safetensors' Dtype enum order (it writes tensors by dtype, descending, then by name)
 DTYPE_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64",
@@ -29,14 +29,6 @@ DTYPE_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "B
 
 def cdiv(a, b):
     return -(-a // b)
-
-
-def read_header(path):
-    """(header length, header dict) of one safetensors file, read without the data."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        raw = f.read(n)
-    return n, raw, json.loads(raw)
 
 
 def read_bytes(path, offset, size):
@@ -65,7 +57,7 @@ class Checkpoint:
         test.assertEqual(sorted(set(index["weight_map"].values())), [p.name for p in shards])
         for i, p in enumerate(shards):
             test.assertEqual(p.name, f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors")
-            n, raw, h = read_header(p)
+            n, raw, h = read_safetensors_header(p)
             test.assertEqual(n % 8, 0, p)
             test.assertTrue(raw.rstrip(b" ").endswith(b"}") and len(raw) - len(raw.rstrip(b" ")) < 8, p)  # space padding
             test.assertEqual(h.pop("__metadata__"), {"format": "pt"}, p)
@@ -312,7 +304,7 @@ class ShapeCheckpoint(unittest.TestCase):
                 for f in d.glob("*.safetensors"):
                     if f.name == "reference.safetensors":
                         continue
-                    _, _, h = read_header(f)
+                    _, _, h = read_safetensors_header(f)
                     h.pop("__metadata__", None)
                     want.update({k: (v["dtype"], v["shape"]) for k, v in h.items()})
                 ck = self.make("--config", d / "config.json")
@@ -349,15 +341,7 @@ class ShapeCheckpoint(unittest.TestCase):
         self.assertIn("not supported", p.stderr)
 
 
-def main():
-    global ARGS
-    here = Path(__file__).resolve().parent
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tool", default=str(here.parent.parent / "tools" / "make_shape_checkpoint.py"))
-    ap.add_argument("--fixtures", default=str(here.parent / "fixtures"))
-    ARGS, rest = ap.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    here = Path(__file__).resolve().parent
+    run_tests(("tool", "fixtures"), defaults={"tool": str(here.parent.parent / "tools" / "make_shape_checkpoint.py"),
+                                              "fixtures": str(here.parent / "fixtures")})

@@ -14,23 +14,19 @@ processes) on its own simulated device, and the output is checked as a user woul
   --gpus-per-task=1 sets it) runs; two tasks bound to one GPU, or more ranks than GPUs, are
   refused on every rank naming both local ranks and the GPU's PCI bus id.
 """
-import argparse
-import json
 import re
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
 
-import h5py
 import numpy as np
 
-ARGS = None
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1",
-           LAYERTAP_SIM_DEVICES="4")
+import e2e_common
+from e2e_common import ARGS, read_output, run_tests
+
+ENV = dict(e2e_common.ENV, LAYERTAP_SIM_DEVICES="4")
 
 
 def extract(out, model, np_, *extra, env=ENV, log_level="warning"):
@@ -43,17 +39,6 @@ def extract(out, model, np_, *extra, env=ENV, log_level="warning"):
 def verify(out, samples):
     return subprocess.run([ARGS.layertap, "verify", str(out), "--samples", str(samples)], env=ENV,
                           capture_output=True, text=True, timeout=600)
-
-
-def samples_of(out):
-    manifest = json.loads((out / "manifest.json").read_text())
-    rows = []
-    for shard in manifest["shards"]:
-        with h5py.File(out / shard["file"], "r") as h:
-            off, ids, mask, hs = h["sample_offsets"][:], h["input_ids"][:], h["loss_mask"][:], h["hidden_states"][:]
-            for s, idx in enumerate(h["sample_index"][:]):
-                rows.append((int(idx), ids[off[s]:off[s + 1]], mask[off[s]:off[s + 1]], hs[off[s]:off[s + 1]]))
-    return manifest, rows
 
 
 class SimulatedGpu(unittest.TestCase):
@@ -74,10 +59,10 @@ class SimulatedGpu(unittest.TestCase):
         out, ref = self.tmp / "llama_tp", self.tmp / "llama_tp_cpu"
         self.run_ok(out, "llama_tp", 4, "--backend", "cuda", "--tp", "2")
         self.run_ok(ref, "llama_tp", 1, "--backend", "cpu")
-        manifest, got = samples_of(out)
+        manifest, got = read_output(out)
         self.assertEqual(manifest["run"]["backend"], "cuda")
         self.assertEqual((manifest["run"]["tp"], manifest["run"]["dp"]), (2, 2))
-        _, want = samples_of(ref)
+        _, want = read_output(ref)
         self.assertEqual([g[0] for g in got], [w[0] for w in want])
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g[1], w[1])
@@ -93,7 +78,7 @@ class SimulatedGpu(unittest.TestCase):
             with self.subTest(model=model, split=split):
                 out = self.tmp / f"{model}-{split}"
                 self.run_ok(out, model, 2, "--backend", "cuda", "--tp", "2", "--moe-split", split)
-                _, got = samples_of(out)
+                _, got = read_output(out)
                 self.assertEqual(sorted(g[0] for g in got), list(range(5)))
                 for g in got:
                     self.assertTrue(np.isfinite(g[3]).all(), f"sample {g[0]}")
@@ -162,15 +147,5 @@ class SimulatedGpu(unittest.TestCase):
         self.assertFalse((self.tmp / "too-many" / "manifest.json").exists())
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layertap", required=True)
-    parser.add_argument("--mpirun", required=True)
-    parser.add_argument("--fixtures", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "mpirun", "fixtures"))

@@ -6,7 +6,6 @@ shard or manifest; `--resume` then completes the run. Each phase is held open wi
 failpoint (LAYERTAP_FAILPOINT=<point>:<n>:pause[@rank]) so the signal lands in it deterministically.
 Also: the real pre-read of a large sparse checkpoint (`--dry-run --read-weights`) stops on SIGTERM.
 """
-import argparse
 import json
 import os
 import signal
@@ -18,8 +17,7 @@ import time
 import unittest
 from pathlib import Path
 
-ARGS = None
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
+from e2e_common import ARGS, ENV, run_tests
 
 
 class StopAtStart(unittest.TestCase):
@@ -122,17 +120,5 @@ class StopAtStart(unittest.TestCase):
         print(f"     SIGTERM during --read-weights: exit 75 after {time.monotonic() - sent:.2f} s")
 
 
-def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("--layertap", required=True)
-    p.add_argument("--mpirun", required=True)
-    p.add_argument("--fixtures", required=True)
-    p.add_argument("--tool", required=True)
-    p.add_argument("--cuda", type=int, default=0)
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "mpirun", "fixtures", "tool", "cuda"), defaults={"cuda": 0})

@@ -5,7 +5,6 @@ tools/corrupt_output.py: swapped points, a point shifted by one layer, `last` st
 checksums updated, so only recomputation can tell), a truncated shard and a flipped byte; storage
 that disagrees with the manifest (filters, dtype and compression attributes) and hostile compressed
 chunks (short, long, a 32 KB chunk declaring 1 GiB), each named by shard, dataset and chunk."""
-import argparse
 import collections
 import hashlib
 import json
@@ -23,9 +22,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from safetensors_io import read_safetensors
+from e2e_common import ARGS, read_safetensors, run_tests
 
-ARGS = None
 CAPTURE = "0,2,last,final"  # point ids 0, 2, 4, 5 on the 4-layer fixture
 
 
@@ -374,15 +372,5 @@ class Verify(unittest.TestCase):
         self.assertTrue(p.stdout.splitlines()[-1].startswith("FAILED"), p.stdout)
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layertap", required=True)
-    ap.add_argument("--fixtures", required=True)
-    ap.add_argument("--corrupt", required=True)
-    ARGS, rest = ap.parse_known_args()
-    unittest.main(argv=[sys.argv[0], *rest])
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(("layertap", "fixtures", "corrupt"))

@@ -54,7 +54,8 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/load_plan.hpp"
 #include "backend/cuda/memory_plan.hpp"
-#include "cli/bench.hpp"
+#include "bench/model_catalog.hpp"
+#include "bench/projection.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "gpu_test.hpp"
@@ -417,15 +418,19 @@ int golden_moe(const std::string& name, int tp, MoeSplit split) {
         o.max_batch_tokens = total_tokens(ref);
         o.max_capture_points = int64_t(plan.points.size());
         o.moe_split = split;
+        cuda::CudaProbe probe;  // the forced routing of each batch
+        o.probe = &probe;
         // packed: the production path (the load plan from the checkpoint); else float32 host slices.
         auto backend = packed ? std::make_unique<cuda::CudaBackend>(cfg, ckpt, comm, o)
                               : std::make_unique<cuda::CudaBackend>(cfg, load_weights(ckpt, cfg, TpShard{r, tp, split}),
                                                                     comm, o);
         if (r == 0) std::printf("     %s: %s\n", label.c_str(), backend->description().c_str());
         for (std::size_t b = 0; b < batches.size(); ++b) {
-          backend->force_routing(routing[b].experts, routing[b].weights);
+          probe.forced_experts = routing[b].experts;
+          probe.forced_weights = routing[b].weights;
           forced[std::size_t(r)].push_back(backend->forward(batches[b].packed, plan, DType::BF16));
-          backend->force_routing({}, {});
+          probe.forced_experts.clear();
+          probe.forced_weights.clear();
           free_run[std::size_t(r)].push_back(backend->forward(batches[b].packed, plan, DType::BF16));
         }
       } catch (const std::exception& e) {
@@ -554,13 +559,15 @@ int synthetic_moe() {
     States out[2];
     for (int i = 0; i < 2; ++i) {
       o.attention = i == 0 ? cuda::AttentionKernel::Reference : cuda::AttentionKernel::Flash;
+      cuda::CudaProbe probe{.forced_experts = forced_e, .forced_weights = forced_w};
+      o.probe = &probe;
       const auto backend = cuda::CudaBackend::synthetic(cfg, solo, o, 91);
-      backend->force_routing(forced_e, forced_w);
       out[i] = backend->forward(batch, plan, DType::BF16);
+      o.probe = nullptr;
       if (i == 0) {
         bool all_rows = backend->memory().packed_bytes > 0;
         for (int64_t l = 0; l < cfg.num_layers; ++l)
-          all_rows &= backend->moe_rows()[std::size_t(l)] == (cfg.is_moe_layer(l) ? T * k : 0);
+          all_rows &= probe.moe_rows[std::size_t(l)] == (cfg.is_moe_layer(l) ? T * k : 0);
         std::printf("%s tiny-moe tp 1: every (token, choice) pair ran on the rank's experts, weights packed\n",
                     all_rows ? "ok  " : "FAIL");
         fails += all_rows ? 0 : 1;
@@ -579,14 +586,16 @@ int synthetic_moe() {
   }
   o.attention = cuda::AttentionKernel::Auto;
   NoAllReduce half(0, 2);
+  cuda::CudaProbe probe;
+  o.probe = &probe;
   const auto rank0 = cuda::CudaBackend::synthetic(cfg, half, o, 91);
   CapturePlan none = plan;
   none.points.clear();
   (void)rank0->forward(batch, none, DType::BF16);
-  const std::vector<int64_t> uniform = rank0->moe_rows();
-  rank0->set_routing_skew(zipf_logit_offsets(cfg.moe->num_experts, 1.5));
+  const std::vector<int64_t> uniform = probe.moe_rows;
+  probe.routing_skew = zipf_logit_offsets(cfg.moe->num_experts, 1.5);
   (void)rank0->forward(batch, none, DType::BF16);
-  const std::vector<int64_t> skewed = rank0->moe_rows();
+  const std::vector<int64_t> skewed = probe.moe_rows;
   bool load_ok = true;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     if (!cfg.is_moe_layer(l)) continue;
@@ -603,10 +612,11 @@ int synthetic_moe() {
         e[std::size_t(l)].assign(std::size_t(k), 0);
         wt[std::size_t(l)].assign(std::size_t(k), 1.0f);
       }
-    rank0->force_routing(e, wt);
+    probe.forced_experts = e;
+    probe.forced_weights = wt;
     (void)rank0->forward(batch, none, DType::BF16);
   }, "forced routing");
-  rank0->force_routing({}, {});
+  probe = {};
   return fails;
 }
 

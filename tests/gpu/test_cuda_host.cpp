@@ -1,6 +1,6 @@
 // The host-side arithmetic of the CUDA path, which runs (and must pass) without a GPU: tensor-
 // parallel shapes, parameter and memory counts for Llama-3.1-8B, the out-of-memory message, the
-// benchmark's option parsing, the parallel host copies, and device selection with no device.
+// benchmark's option parsing and result check, the parallel host copies, and device selection with no device.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +16,8 @@
 #include "backend/cuda/host_copy.hpp"
 #include "backend/cuda/local_shape.hpp"
 #include "backend/cuda/memory_plan.hpp"
+#include "bench/model_catalog.hpp"
+#include "bench/result_check.hpp"
 #include "cli/bench.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -122,6 +124,52 @@ void bench_options() {
         "llama3-8b shape and rope");
 }
 
+// The benchmark's result check on hand-made (T 3, H 4) bf16 states at two points: equal finite
+// states pass, and so does a rank that returns none; a NaN, an Inf, one flipped bit, a missing
+// point or a short tensor is an error naming the configuration, the point and the first element.
+void bench_result_check() {
+  const std::int64_t T = 3, H = 4;
+  const std::vector<std::string> points = {"2", "final"};
+  std::vector<std::vector<std::byte>> a(2, std::vector<std::byte>(std::size_t(T * H) * 2));
+  for (auto& p : a)
+    for (std::size_t i = 0; i < p.size(); i += 2) {  // little-endian bf16 0x3fNN: finite, about 0.5
+      p[i] = std::byte(i);
+      p[i + 1] = std::byte(0x3f);
+    }
+  const auto set = [&](std::vector<std::vector<std::byte>> s, std::size_t point, std::int64_t t, std::int64_t e,
+                       std::uint16_t v) {
+    const std::size_t at = std::size_t(t * H + e) * 2;
+    s[point][at] = std::byte(v & 0xff);
+    s[point][at + 1] = std::byte(v >> 8);
+    return s;
+  };
+  bool passed = true;
+  try {
+    check_captured_states(a, a, points, T, H, "equal");
+    check_captured_states({}, {}, {}, T, H, "not the writer");
+  } catch (const Error& e) {
+    passed = false;
+    std::printf("%s\n", e.what());
+  }
+  check(passed, "bench check: equal finite states pass, and a rank without states");
+  const std::string cfg = "synthetic tiny, T=3";
+  const auto nan = set(a, 1, 1, 2, 0x7fc0), inf = set(a, 0, 0, 0, 0xff80), flipped = set(a, 1, 2, 3, 0x3f17);
+  check_throws("bench check: a NaN", [&] { check_captured_states(nan, nan, points, T, H, cfg); },
+               "bench: synthetic tiny, T=3: capture point final holds 1 NaN or Inf value(s) of 12 (first at token 1, "
+               "element 2: 0x7fc0)");
+  check_throws("bench check: an Inf", [&] { check_captured_states(inf, inf, points, T, H, cfg); },
+               "capture point 2 holds 1 NaN or Inf value(s) of 12 (first at token 0, element 0: 0xff80)");
+  check_throws("bench check: one bit differs", [&] { check_captured_states(a, flipped, points, T, H, cfg); },
+               "synthetic tiny, T=3: two captured forwards of the same batch differ at capture point final in 1 of "
+               "12 values (first at token 2, element 3: 0x3f16 then 0x3f17)");
+  check_throws("bench check: a point missing", [&] { check_captured_states(a, {a[0]}, points, T, H, cfg); },
+               "returned 1 states, expected 2");
+  auto short_state = a;
+  short_state[0].resize(10);
+  check_throws("bench check: a short state", [&] { check_captured_states(short_state, a, points, T, H, cfg); },
+               "capture point 2 holds 10 bytes, expected (3, 4) bf16 = 24");
+}
+
 void host_copies() {
   const std::size_t n = (std::size_t(20) << 20) + 3;  // crosses the 8 MiB pieces unevenly
   std::vector<std::uint16_t> src(n);
@@ -166,6 +214,7 @@ int main() {
   try {
     shapes_and_memory();
     bench_options();
+    bench_result_check();
     host_copies();
     devices_and_names();
   } catch (const std::exception& e) {

@@ -29,6 +29,9 @@
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/local_shape.hpp"
 #include "backend/cuda/memory_plan.hpp"
+#include "bench/model_catalog.hpp"
+#include "bench/projection.hpp"
+#include "bench/run_bench.hpp"
 #include "cli/bench.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -359,6 +362,24 @@ void bench_options() {
         cat("projection: all-reduce ", p.allreduce_ms, " ms, step ", p.step_ms, " ms, ", p.tokens_per_s, " tok/s"));
   const TpProjection solo = project_tp(8192, 7168, 61, 1, 450.0, 100.0);
   check(solo.allreduce_ms == 0 && solo.step_ms == 100.0, "projection: one rank has no all-reduce");
+
+  // The layers the benchmark builds when not told: the most whose plan (the backend's own) fits.
+  cuda::CudaBackendOptions bo;
+  bo.max_batch_tokens = 16384;
+  bo.max_capture_points = 4;
+  const TpShard r0{0, 8};
+  const auto need = [&](std::int64_t L) {
+    const cuda::LocalShape s =
+        cuda::LocalShape::of(synthetic_model_config("kimi-k2.5", L), r0, cuda::PackedSource::Config);
+    return cuda::device_bytes_needed(cuda::plan_memory(s, bo));
+  };
+  const std::int64_t in_80 = layers_that_fit("kimi-k2.5", r0, bo, std::size_t(80) << 30);
+  check(layers_that_fit("kimi-k2.5", r0, bo, std::size_t(125) << 30) == 61 && in_80 > 2 && in_80 < 61 &&
+            need(in_80) <= (std::size_t(80) << 30) && need(in_80 + 1) > (std::size_t(80) << 30),
+        cat("bench: kimi-k2.5 rank 0 of 8 at 16384 tokens: all 61 layers in 125 GiB, ", in_80, " in 80 GiB"));
+  check(layers_that_fit("kimi-k2.5", r0, bo, need(30)) == 30 &&
+            layers_that_fit("kimi-k2.5", r0, bo, need(30) - 1) == 29 && layers_that_fit("kimi-k2.5", r0, bo, need(2) - 1) == 0,
+        "bench: layers_that_fit at the boundary of 30 layers, and 0 when not even 2 fit");
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 #include "backend/cuda/local_shape.hpp"
 #include "backend/cuda/memory_plan.hpp"
 #include "backend/cuda/weight_loader.hpp"
-#include "cli/bench.hpp"
+#include "bench/model_catalog.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "model/hf_config.hpp"

@@ -146,6 +146,9 @@ TEST(Inspect, ReportsShardsThatDisagreeWithTheManifest) {
       {"complete without dataset.samples", [](json& m, const fs::path&) { m["dataset"].erase("samples"); },
        "names no dataset.samples"},
       {"totals bytes", [](json& m, const fs::path&) { m["totals"]["bytes"] = 1; }, "differ from the sum over its shards"},
+      // A version this reader does not know, whatever its shards say (the Python reader refuses it too).
+      {"format version", [](json& m, const fs::path&) { m["format_version"] = kFormatVersion + 1; },
+       "this reader knows " + std::to_string(kFormatVersion)},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

@@ -67,15 +67,18 @@ TEST(CheckSampleLengths, NamesTheLineOfTheFirstSampleOverTheBudget) {
 TEST(ProjectedOutputBytes, CountsEveryStoredValueAndGrowsWithShards) {
   const int64_t tokens = 10000, samples = 50, points = 4, hidden = 64;
   const int64_t states = tokens * points * hidden * 2;  // bf16
-  const int64_t one = projected_output_bytes(tokens, samples, points, hidden, DType::BF16, 1, int64_t(1) << 40);
+  const OutputShape bf16{tokens, samples, points, hidden, DType::BF16};
+  const int64_t one = projected_output_bytes(bf16, 1, int64_t(1) << 40);
   EXPECT_GE(one, states);
   EXPECT_LT(one, states + states / 2);  // token ids, masks and offsets are small beside the states
   // float8: one byte per value plus a float32 scale per token and point.
-  const int64_t fp8 = projected_output_bytes(tokens, samples, points, hidden, DType::F8_E4M3, 1, int64_t(1) << 40);
+  const OutputShape fp8_shape{tokens, samples, points, hidden, DType::F8_E4M3};
+  EXPECT_EQ(fp8_shape.point_bytes_per_token(), hidden + 4);
+  const int64_t fp8 = projected_output_bytes(fp8_shape, 1, int64_t(1) << 40);
   EXPECT_GE(fp8, tokens * points * (hidden + 4));
   EXPECT_LT(fp8, one);
   // More writers and smaller shards add per-shard metadata, never remove bytes.
-  EXPECT_GE(projected_output_bytes(tokens, samples, points, hidden, DType::BF16, 4, 1 << 20), one);
+  EXPECT_GE(projected_output_bytes(bf16, 4, 1 << 20), one);
 }
 
 }  // namespace layertap::job

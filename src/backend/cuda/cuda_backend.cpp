@@ -115,8 +115,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
                            cudaMemcpyHostToDevice));
   if (ws_->logit_offset != nullptr)
     LT_CUDA_CHECK(cudaMemset(ws_->logit_offset, 0, std::size_t(shape_.experts) * sizeof(float)));
-  moe_rows_.assign(std::size_t(shape_.layers), 0);
-  moe_busiest_.assign(std::size_t(shape_.layers), 0);
   if (options_.profile_layers)
     for (std::int64_t i = 0; i <= shape_.layers; ++i) layer_events_.emplace_back(true);
   gemm_ = std::make_unique<Gemm>(ws_->gemm, Gemm::kWorkspaceBytes);
@@ -151,30 +149,35 @@ std::string CudaBackend::description() const {
              options_.max_capture_points, " capture points), pinned host ", gib(memory_.pinned_bytes));
 }
 
-void CudaBackend::force_routing(std::vector<std::vector<std::int32_t>> experts, std::vector<std::vector<float>> weights) {
+void CudaBackend::apply_probe(std::int64_t T) {
+  routing_skew_ = false;
+  CudaProbe* p = options_.probe;
+  if (p == nullptr) return;
+  const std::vector<std::vector<std::int32_t>>& experts = p->forced_experts;
+  const std::vector<std::vector<float>>& weights = p->forced_weights;
   LT_CHECK(experts.empty() || (std::int64_t(experts.size()) == shape_.layers && weights.size() == experts.size()),
            "cuda backend: forced routing for ", experts.size(), " layers, the model has ", shape_.layers);
   for (std::size_t i = 0; i < experts.size(); ++i) {
     LT_CHECK(experts[i].size() == weights[i].size() && (experts[i].empty() || shape_.moe_layer[i]),
              "cuda backend: forced routing of layer ", i, " is malformed or the layer is dense");
+    LT_CHECK(!shape_.moe_layer[i] || std::int64_t(experts[i].size()) == T * shape_.top_k, "cuda backend: forced "
+             "routing of layer ", i, " holds ", experts[i].size(), " choices, the batch needs ", T * shape_.top_k);
     for (const std::int32_t e : experts[i])
       LT_CHECK(e >= 0 && e < shape_.experts, "cuda backend: forced routing names expert ", e, " of ", shape_.experts);
   }
-  forced_experts_ = std::move(experts);
-  forced_weights_ = std::move(weights);
-}
-
-void CudaBackend::set_routing_skew(const std::vector<float>& logit_offset) {
-  LT_CHECK(shape_.any_moe(), "cuda backend: routing skew on a model without MoE layers");
-  LT_CHECK(logit_offset.empty() || std::int64_t(logit_offset.size()) == shape_.experts, "cuda backend: routing skew "
-           "of ", logit_offset.size(), " values for ", shape_.experts, " experts");
-  select_device(device_);
-  LT_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
-  routing_skew_ = !logit_offset.empty();
-  if (routing_skew_)
-    LT_CUDA_CHECK(cudaMemcpy(ws_->logit_offset, logit_offset.data(), logit_offset.size() * sizeof(float),
-                             cudaMemcpyHostToDevice));
-  LT_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float>& skew = p->routing_skew;
+  if (!skew.empty()) {
+    LT_CHECK(shape_.any_moe(), "cuda backend: routing skew on a model without MoE layers");
+    LT_CHECK(std::int64_t(skew.size()) == shape_.experts, "cuda backend: routing skew of ", skew.size(),
+             " values for ", shape_.experts, " experts");
+    // Ordered before this forward's routing on the compute stream.
+    LT_CUDA_CHECK(cudaMemcpyAsync(ws_->logit_offset, skew.data(), skew.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                  compute_.get()));
+    routing_skew_ = true;
+  }
+  p->moe_rows.assign(std::size_t(shape_.layers), 0);
+  p->moe_busiest.assign(std::size_t(shape_.layers), 0);
+  p->layer_ms.clear();
 }
 
 void CudaBackend::attention_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos,
@@ -235,11 +238,10 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   const DeviceMoe& m = l.experts;
   const std::int64_t H = shape_.hidden, E = shape_.experts, k = shape_.top_k, n = shape_.local_experts,
                      Ie = shape_.expert_inter, Is = shape_.shared_inter;
-  if (!forced_experts_.empty()) {  // force_routing (tests): the given choices
-    const std::vector<std::int32_t>& fe = forced_experts_[std::size_t(layer)];
-    const std::vector<float>& fw = forced_weights_[std::size_t(layer)];
-    LT_CHECK(std::int64_t(fe.size()) == T * k, "cuda backend: forced routing of layer ", layer, " holds ", fe.size(),
-             " choices, the batch needs ", T * k);
+  const CudaProbe* probe = options_.probe;
+  if (probe != nullptr && !probe->forced_experts.empty()) {  // tests: the given choices (checked by apply_probe)
+    const std::vector<std::int32_t>& fe = probe->forced_experts[std::size_t(layer)];
+    const std::vector<float>& fw = probe->forced_weights[std::size_t(layer)];
     LT_CUDA_CHECK(cudaMemcpyAsync(w.route_experts, fe.data(), fe.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
     LT_CUDA_CHECK(cudaMemcpyAsync(w.route_weights, fw.data(), fw.size() * sizeof(float), cudaMemcpyHostToDevice, s));
   } else {
@@ -274,8 +276,10 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   }
   LT_CHECK(rows <= shape_.max_routed_rows(T), "cuda backend: ", rows, " routed rows exceed the buffers' ",
            shape_.max_routed_rows(T));
-  moe_rows_[std::size_t(layer)] = rows;
-  moe_busiest_[std::size_t(layer)] = busiest;
+  if (options_.probe != nullptr) {
+    options_.probe->moe_rows[std::size_t(layer)] = rows;
+    options_.probe->moe_busiest[std::size_t(layer)] = busiest;
+  }
   kernels::swiglu(w.act_perm, w.gu_perm, rows, Ie, s);  // (rows, Ie)
   rows = 0;
   for (std::int64_t e = 0; e < n; ++e) {
@@ -349,6 +353,7 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   LT_CHECK(!capturing || distinct_points(plan) <= std::size_t(options_.max_capture_points), "capture plan '",
            plan.request, "' has ", distinct_points(plan), " distinct points; the CUDA backend was built for at most ",
            options_.max_capture_points, " (max_capture_points)");
+  apply_probe(T);
   stager_->begin(capturing ? &plan : nullptr, T);
 
   // Batch metadata, packed from the front of one pinned buffer, goes over in one copy:
@@ -381,10 +386,11 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   std::vector<std::vector<std::byte>> states;
   if (capturing) states = stager_->collect(dtype, comm_, options_.timeout_s, options_.host_copy_threads);
   wait_for_event(done_.get(), comm_, options_.timeout_s, "forward pass");
-  if (!layer_events_.empty()) {
-    layer_ms_.assign(std::size_t(L), 0.0f);
+  if (!layer_events_.empty() && options_.probe != nullptr) {
+    std::vector<float>& ms = options_.probe->layer_ms;
+    ms.assign(std::size_t(L), 0.0f);
     for (std::int64_t i = 0; i < L; ++i)
-      LT_CUDA_CHECK(cudaEventElapsedTime(&layer_ms_[std::size_t(i)], layer_events_[std::size_t(i)].get(),
+      LT_CUDA_CHECK(cudaEventElapsedTime(&ms[std::size_t(i)], layer_events_[std::size_t(i)].get(),
                                          layer_events_[std::size_t(i + 1)].get()));
   }
   const std::int32_t bad = *w.host_bad_token;

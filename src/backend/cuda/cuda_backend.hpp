@@ -62,23 +62,6 @@ class CudaBackend final : public Backend {
   const MemoryPlan& memory() const { return memory_; }
   const LoadStats& load_stats() const { return load_stats_; }  // the checkpoint constructor's load
 
-  // Benchmark hook: adds offset[e] to every router logit of expert e before routing (a skewed
-  // expert load on synthetic weights); an empty vector removes it. Never set for a checkpoint.
-  void set_routing_skew(const std::vector<float>& logit_offset);
-  // Test hook: the following forwards take these expert choices instead of the router's, per
-  // layer (empty for dense layers): experts[i] (T, top_k) global expert ids and weights[i]
-  // (T, top_k), for batches of exactly that T. Lets a bf16 forward be compared with a float32
-  // reference without the routing flips bf16 rounding causes near ties. Empty: the router decides.
-  void force_routing(std::vector<std::vector<std::int32_t>> experts, std::vector<std::vector<float>> weights);
-  // With options.profile_layers: milliseconds of each decoder layer in the last forward (packed
-  // weights' expansion included), else empty.
-  const std::vector<float>& layer_ms() const { return layer_ms_; }
-  // Rows (token, expert pairs) each MoE layer ran on this rank's experts in the last forward; 0
-  // for dense layers.
-  const std::vector<std::int64_t>& moe_rows() const { return moe_rows_; }
-  // Rows of this rank's busiest expert in each MoE layer of the last forward (0 for dense layers).
-  const std::vector<std::int64_t>& moe_busiest() const { return moe_busiest_; }
-
  private:
   CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaBackendOptions options, const ModelWeights* host,
               const Checkpoint* ckpt, std::uint64_t seed);
@@ -94,6 +77,8 @@ class CudaBackend final : public Backend {
   void mlp_block(const DeviceLayer& l, std::int64_t T);
   // delta (T, H) = all-reduce(this rank's routed experts, weighted, + its shared-expert slice)
   void moe_block(const DeviceLayer& l, std::int64_t layer, std::int64_t T);
+  // options.probe's routing hooks, checked against the model and batch, before a forward.
+  void apply_probe(std::int64_t T);
 
   ModelConfig config_;
   DeviceAllReduce& comm_;
@@ -110,13 +95,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<CaptureStager> stager_;
   float rope_attention_factor_ = 1.0f;
-  bool routing_skew_ = false;
+  bool routing_skew_ = false;  // this forward adds the probe's routing skew (ws_->logit_offset)
   Event counts_ready_;
   std::vector<Event> layer_events_;  // (L + 1) timing events with options.profile_layers
-  std::vector<float> layer_ms_;
-  std::vector<std::int64_t> moe_rows_, moe_busiest_;
-  std::vector<std::vector<std::int32_t>> forced_experts_;  // force_routing
-  std::vector<std::vector<float>> forced_weights_;
 };
 
 }  // namespace layertap::cuda

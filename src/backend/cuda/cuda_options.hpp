@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/cuda_probe.hpp"
 #include "backend/cuda/weight_loader.hpp"
 #include "model/weights.hpp"
 
@@ -25,9 +26,10 @@ struct CudaBackendOptions {
   double timeout_s = 1800;               // bound on any wait for the GPU or tensor-parallel peers
   int host_copy_threads = 4;             // threads that copy captured states into the result
   MoeSplit moe_split = MoeSplit::Experts;  // how the routed experts are laid out over the TP group
-  bool profile_layers = false;           // time each decoder layer (CudaBackend::layer_ms) with events
+  bool profile_layers = false;           // time each decoder layer (CudaProbe::layer_ms) with events
   std::size_t memory_limit = 0;          // use at most this much device memory (--gpu-memory); 0: all that is free
   LoaderOptions loader;                  // reading the checkpoint (threads, staging ring)
+  CudaProbe* probe = nullptr;            // benchmarks and tests only: routing hooks, per-layer figures
 };
 
 }  // namespace layertap::cuda

@@ -1,0 +1,153 @@
+#include "bench/model_catalog.hpp"
+
+#include <map>
+
+#include "core/error.hpp"
+
+namespace layertap {
+
+namespace {
+
+// Text configs of the MoE models, as their config.json files spell them (shapes of the released
+// checkpoints; the values of random weights do not matter for timing).
+const char* kKimiK25 = R"json({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
+  "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 64, "num_key_value_heads": 64,
+  "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1,
+  "first_k_dense_replace": 1, "moe_layer_freq": 1, "routed_scaling_factor": 2.827, "norm_topk_prob": true,
+  "topk_method": "noaux_tc", "scoring_func": "sigmoid", "q_lora_rank": 1536, "kv_lora_rank": 512,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 163840,
+  "max_position_embeddings": 262144, "rms_norm_eps": 1e-5, "rope_theta": 50000.0,
+  "rope_scaling": {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                   "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+  "attention_bias": false, "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false,
+  "quantization_config": {
+    "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+    "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null, "output_activations": null,
+      "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32,
+                  "dynamic": false, "actorder": null, "block_structure": null, "observer": "minmax",
+                  "observer_kwargs": {}}}},
+    "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+               "re:.*lm_head.*"],
+    "kv_cache_scheme": null}
+})json";
+
+// Kimi-K2.5's layout (384 experts, top 8, one shared, the first layer dense, MLA, INT4 groups of
+// 32) at a small width, for the simulated GPU: its counts of launches and waits per forward are
+// those of the real model, its sizes are not.
+const char* kKimiK25Mini = R"json({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+  "moe_intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+  "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1,
+  "first_k_dense_replace": 1, "moe_layer_freq": 1, "routed_scaling_factor": 2.827, "norm_topk_prob": true,
+  "topk_method": "noaux_tc", "scoring_func": "sigmoid", "q_lora_rank": 128, "kv_lora_rank": 128,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 1000,
+  "max_position_embeddings": 262144, "rms_norm_eps": 1e-5, "rope_theta": 50000.0,
+  "rope_scaling": {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                   "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+  "hidden_act": "silu", "torch_dtype": "bfloat16",
+  "quantization_config": {
+    "quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"],
+      "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32}}},
+    "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]}
+})json";
+
+const char* kDeepseekV3 = R"json({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
+  "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+  "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+  "first_k_dense_replace": 3, "moe_layer_freq": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": true,
+  "topk_method": "noaux_tc", "scoring_func": "sigmoid", "q_lora_rank": 1536, "kv_lora_rank": 512,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+  "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+  "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+  "attention_bias": false, "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false,
+  "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                          "weight_block_size": [128, 128]}
+})json";
+
+const char* kQwen3_30B_A3B = R"json({
+  "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 6144,
+  "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+  "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
+  "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+  "rope_theta": 1000000.0, "attention_bias": false, "hidden_act": "silu", "torch_dtype": "bfloat16",
+  "tie_word_embeddings": false
+})json";
+
+// Kimi-K2.5's kinds of parts (MLA with qk 192 / v 128 heads, grouped sigmoid routing, INT4
+// experts, a dense first layer) at a size that builds and runs in seconds.
+const char* kTinyMoe = R"json({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 512, "intermediate_size": 1024,
+  "moe_intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+  "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2,
+  "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": true, "q_lora_rank": 128,
+  "kv_lora_rank": 128, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 1000,
+  "max_position_embeddings": 65536, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+  "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+  "hidden_act": "silu", "torch_dtype": "bfloat16",
+  "quantization_config": {
+    "quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"],
+      "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32}}},
+    "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]}
+})json";
+
+// `json` with its num_hidden_layers replaced by `layers` (> 0).
+std::string with_layers(std::string json, std::int64_t layers) {
+  const std::string key = "\"num_hidden_layers\": ";
+  const std::size_t at = json.find(key);
+  LT_CHECK(at != std::string::npos, "bench: synthetic config without num_hidden_layers");
+  const std::size_t end = json.find(',', at);
+  return json.replace(at + key.size(), end - at - key.size(), std::to_string(layers));
+}
+
+}  // namespace
+
+std::vector<std::string> synthetic_model_names() {
+  return {"llama3-8b", "llama3-70b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe",
+          "kimi-k2.5-mini"};
+}
+
+ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers) {
+  LT_CHECK(layers >= 0, "bench: --layers must be positive");
+  const std::map<std::string, const char*> json = {
+      {"kimi-k2.5", kKimiK25}, {"deepseek-v3", kDeepseekV3}, {"qwen3-30b-a3b", kQwen3_30B_A3B},
+      {"tiny-moe", kTinyMoe}, {"kimi-k2.5-mini", kKimiK25Mini}};
+  if (const auto it = json.find(name); it != json.end()) {
+    const std::string text = layers > 0 ? with_layers(it->second, layers) : std::string(it->second);
+    return parse_model_config(text, "synthetic " + name);
+  }
+  ModelConfig c;
+  c.torch_dtype = DType::BF16;
+  if (name == "llama3-8b" || name == "llama3-70b") {  // Llama-3.1-8B, Llama-3.1-70B
+    c.architecture = "LlamaForCausalLM";
+    c.hidden_size = 4096, c.num_layers = 32, c.num_heads = 32, c.num_kv_heads = 8, c.head_dim = 128;
+    c.intermediate_size = 14336, c.vocab_size = 128256, c.rms_norm_eps = 1e-5;
+    if (name == "llama3-70b") c.hidden_size = 8192, c.num_layers = 80, c.num_heads = 64, c.intermediate_size = 28672;
+    c.rope.type = RopeConfig::Type::Llama3;
+    c.rope.theta = 500000.0, c.rope.factor = 8.0, c.rope.low_freq_factor = 1.0, c.rope.high_freq_factor = 4.0;
+    c.rope.original_max_position_embeddings = 8192;
+  } else if (name == "qwen3-8b") {  // Qwen3-8B
+    c.architecture = "Qwen3ForCausalLM";
+    c.hidden_size = 4096, c.num_layers = 36, c.num_heads = 32, c.num_kv_heads = 8, c.head_dim = 128;
+    c.intermediate_size = 12288, c.vocab_size = 151936, c.rms_norm_eps = 1e-6, c.qk_norm = true;
+    c.rope.theta = 1000000.0;
+  } else if (name == "tiny") {  // seconds to run: a smoke test of the benchmark itself
+    c.architecture = "LlamaForCausalLM";
+    c.hidden_size = 256, c.num_layers = 8, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 64;
+    c.intermediate_size = 512, c.vocab_size = 1000, c.rms_norm_eps = 1e-5;
+  } else {
+    std::string names;
+    for (const std::string& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
+    LT_FAIL("unknown synthetic model '", name, "' (", names, ")");
+  }
+  if (layers > 0) c.num_layers = layers;
+  c.sliding_window.assign(std::size_t(c.num_layers), 0);
+  return c;
+}
+
+}  // namespace layertap

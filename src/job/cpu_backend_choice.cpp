@@ -1,0 +1,61 @@
+#include "job/cpu_backend_choice.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "core/checked.hpp"
+#include "core/host_memory.hpp"
+#include "core/text.hpp"
+
+namespace layertap::job {
+namespace {
+
+class CpuBackendChoice final : public BackendChoice {
+ public:
+  using BackendChoice::BackendChoice;
+
+  const char* name() const override { return "cpu"; }
+
+  // Float32 weights and a batch's activations (an estimate: the captured states and a few working
+  // rows of the widest layer part, in float32).
+  HostPlan host_plan(const RankLoad& load) const override {
+    const ModelConfig& c = cfg_;
+    const int64_t widest = std::max({c.hidden_size, c.intermediate_size / shard_.size, c.q_dim() / shard_.size,
+                                     c.moe ? c.moe->expert_intermediate_size * c.moe->experts_per_token : 0});
+    const int64_t row = checked_add(checked_mul(load.capture_points, c.hidden_size, "activations"),
+                                    checked_mul(8, widest, "activations"), "activations");
+    return {{{"float32 weights", host_weight_bytes(c, shard_)},
+             {"activations", checked_product({load.max_batch_tokens, 4, row}, "a batch's activations")},
+             {"dataset share", load.dataset_bytes}}};
+  }
+
+  RankPlan describe_plan(const Checkpoint&, MpiGroups&, const RankLoad& load) const override {
+    const HostPlan host = host_plan(load);
+    return {cat("  host       ", human_bytes(host.total()), " (", host.describe(), ")\n"), true};
+  }
+
+  std::string pre_read(const Checkpoint& ckpt) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t bytes = host_weight_bytes(cfg_, shard_);
+    const ModelWeights w = load_weights(ckpt, cfg_, shard_);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return cat("decoded ", human_bytes(bytes), " of float32 weights in ", fixed(s, 1), " s (", gb_per_s(bytes, s),
+               " of float32), anonymous memory ", human_bytes(anonymous_resident_bytes()),
+               " holding them (the cpu backend's load path)");
+  }
+
+  std::unique_ptr<Backend> build(const Checkpoint& ckpt, MpiGroups& groups, const RankLoad&) const override {
+    return std::make_unique<CpuBackend>(cfg_, load_weights(ckpt, cfg_, shard_), groups.tp());
+  }
+
+  std::string host_memory_hint() const override { return " (the cuda backend keeps no weights on the host)"; }
+};
+
+}  // namespace
+
+std::unique_ptr<BackendChoice> cpu_backend_choice(const ModelConfig& cfg, const TpShard& shard) {
+  return std::make_unique<CpuBackendChoice>(cfg, shard);
+}
+
+}  // namespace layertap::job
