@@ -1,7 +1,5 @@
 #include "model/weights.hpp"
 
-#include <algorithm>
-
 #include "core/error.hpp"
 #include "core/failpoint.hpp"
 #include "core/stop_request.hpp"
@@ -9,32 +7,27 @@
 
 namespace layertap {
 
-MoeSplit parse_moe_split(const std::string& s) {
-  if (s == "experts") return MoeSplit::Experts;
-  if (s == "intermediate") return MoeSplit::Intermediate;
-  LT_FAIL("--moe-split must be 'experts' or 'intermediate', got '", s, "'");
-}
-
-const char* moe_split_name(MoeSplit s) { return s == MoeSplit::Experts ? "experts" : "intermediate"; }
-
 namespace {
 
-std::string layer_prefix(const ModelConfig& c, int64_t i) { return cat(c.tensor_prefix, "layers.", i, "."); }
-
-// Slice boundaries a quantized format can be cut at, checked per module before any weight is read:
-// a column-parallel slice cuts rows, a row-parallel slice cuts columns.
+// Slice boundaries a quantized format can be cut at: a column-parallel slice cuts rows, a
+// row-parallel slice cuts columns.
 class SliceCheck {
  public:
   SliceCheck(const ModelConfig& c, const TpShard& s) : c_(c), s_(s) {}
 
+  void operator()(const LinearSlice& l) const {
+    if (l.split == Split::Column) rows(l.module, l.rows());
+    if (l.split == Split::Row) cols(l.module, l.cols());
+  }
+
+ private:
   void rows(const std::string& module, int64_t local_rows) const {
-    if (s_.size > 1 && c_.quant.method == QuantConfig::Method::Fp8Block)
+    if (c_.quant.method == QuantConfig::Method::Fp8Block)
       LT_CHECK(local_rows % c_.quant.block_rows == 0, "tensor parallel size ", s_.size, " gives ", module,
                " slices of ", local_rows, " rows, which do not align with the FP8 block rows (",
                c_.quant.block_rows, ")");
   }
   void cols(const std::string& module, int64_t local_cols) const {
-    if (s_.size == 1) return;
     if (c_.quant.method == QuantConfig::Method::Fp8Block)
       LT_CHECK(local_cols % c_.quant.block_cols == 0, "tensor parallel size ", s_.size, " gives ", module,
                " slices of ", local_cols, " columns, which do not align with the FP8 block columns (",
@@ -44,178 +37,76 @@ class SliceCheck {
                " slices of ", local_cols, " input columns, which do not align with its INT4 groups of ",
                c_.quant.group_size);
   }
-  // A SwiGLU MLP sliced along its intermediate size I.
-  void mlp(const std::string& base, int64_t local_inter) const {
-    rows(base + "gate_proj", local_inter);
-    rows(base + "up_proj", local_inter);
-    cols(base + "down_proj", local_inter);
-  }
 
- private:
   const ModelConfig& c_;
   const TpShard& s_;
 };
 
-void check_divides(int64_t n, const TpShard& s, const char* what) {
-  LT_CHECK(n % s.size == 0, "tensor parallel size ", s.size, " does not divide ", what, " ", n);
-}
-
-}  // namespace
-
-void check_tp_divisibility(const ModelConfig& c, const TpShard& s) {
-  LT_CHECK(s.size >= 1 && s.rank >= 0 && s.rank < s.size, "invalid tensor-parallel rank ", s.rank, " of ", s.size);
-  check_divides(c.num_heads, s, "num_attention_heads");
-  if (!c.mla) {
-    // Fewer kv heads than ranks: each kv head is replicated on size/num_kv_heads ranks (as Megatron
-    // and vLLM do), which needs the one to divide the other.
-    LT_CHECK(c.num_kv_heads % s.size == 0 || s.size % c.num_kv_heads == 0, "tensor parallel size ", s.size,
-             " and num_key_value_heads ", c.num_kv_heads, " must divide one another");
-  }
-  bool any_dense = false;
-  for (int64_t i = 0; i < c.num_layers; ++i) any_dense |= !c.is_moe_layer(i);
-  if (any_dense) check_divides(c.intermediate_size, s, "intermediate_size");
-  if (c.moe) {
-    const MoeConfig& m = *c.moe;
-    if (s.moe_split == MoeSplit::Experts)
-      check_divides(m.num_experts, s, "the routed experts (--moe-split experts) of");
-    else
-      check_divides(m.expert_intermediate_size, s, "moe_intermediate_size (--moe-split intermediate)");
-    if (m.num_shared_experts > 0)
-      check_divides(m.expert_intermediate_size * m.num_shared_experts, s, "the shared experts' intermediate size");
-  }
-
-  const SliceCheck check(c, s);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = layer_prefix(c, i);
-    const int64_t heads = c.num_heads / s.size;
-    if (c.mla) {
-      const MlaConfig& a = *c.mla;
-      check.rows(p + (a.q_lora_rank ? "self_attn.q_b_proj" : "self_attn.q_proj"), heads * a.qk_head_dim());
-      check.rows(p + "self_attn.kv_b_proj", heads * (a.qk_nope_head_dim + a.v_head_dim));
-      check.cols(p + "self_attn.o_proj", heads * a.v_head_dim);
-    } else {
-      const int64_t kv_heads = std::max<int64_t>(1, c.num_kv_heads / s.size);
-      check.rows(p + "self_attn.q_proj", heads * c.head_dim);
-      check.rows(p + "self_attn.k_proj", kv_heads * c.head_dim);
-      check.rows(p + "self_attn.v_proj", kv_heads * c.head_dim);
-      check.cols(p + "self_attn.o_proj", heads * c.head_dim);
-    }
-    if (!c.is_moe_layer(i)) {
-      check.mlp(p + "mlp.", c.intermediate_size / s.size);
-      continue;
-    }
-    const MoeConfig& m = *c.moe;
-    if (s.moe_split == MoeSplit::Intermediate)
-      for (int64_t e = 0; e < m.num_experts; ++e)
-        check.mlp(cat(p, "mlp.experts.", e, "."), m.expert_intermediate_size / s.size);
-    if (m.num_shared_experts > 0)
-      check.mlp(p + "mlp.shared_experts.", m.expert_intermediate_size * m.num_shared_experts / s.size);
-  }
-}
-
-namespace {
-
-// Reads this rank's slices of one model's modules.
+// Reads this rank's slices (rank_layout.hpp) of one model's tensors as float32.
 class ShardLoader {
  public:
-  ShardLoader(const Checkpoint& ck, const ModelConfig& c, const TpShard& s)
-      : ck_(ck), reader_(ck, c.quant), c_(c), s_(s) {}
+  ShardLoader(const Checkpoint& ck, const QuantConfig& quant) : ck_(ck), reader_(ck, quant) {}
 
-  // Rows [row0, row0 + rows) of a [full_out, in] weight (and bias): column-parallel, or the whole
-  // matrix when replicated.
-  Linear column(const std::string& module, int64_t full_out, int64_t in, int64_t row0, int64_t rows, bool bias) const {
+  Linear linear(const LinearSlice& s) const {
     Linear l;
-    l.out = rows;
-    l.in = in;
-    l.w = reader_.read(module, full_out, in, {row0, rows, 0, in});
-    if (bias) {
-      const std::vector<float> b = ck_.read(module + ".bias", {full_out});
-      l.b.assign(b.begin() + row0, b.begin() + row0 + rows);
+    l.out = s.rows();
+    l.in = s.cols();
+    l.w = reader_.read(s.module, s.out_full, s.in_full, s.win);
+    if (s.bias) {
+      // Column-parallel and whole: the window's rows of the bias; row-parallel: all of it.
+      std::vector<float> b = ck_.read(s.module + ".bias", {s.out_full});
+      if (s.split == Split::Row)
+        l.b = std::move(b);
+      else
+        l.b.assign(b.begin() + s.win.row0, b.begin() + s.win.row0 + s.win.rows);
     }
     return l;
   }
-  Linear replicated(const std::string& module, int64_t out, int64_t in, bool bias) const {
-    return column(module, out, in, 0, out, bias);
-  }
-  // Columns [col0, col0 + cols) of an [out, full_in] weight: row-parallel. The bias is added once
-  // after the all-reduce, so only rank 0 keeps it.
-  Linear row(const std::string& module, int64_t out, int64_t full_in, int64_t col0, int64_t cols, bool bias) const {
-    Linear l;
-    l.out = out;
-    l.in = cols;
-    l.w = reader_.read(module, out, full_in, {0, out, col0, cols});
-    if (bias && s_.rank == 0) l.b = ck_.read(module + ".bias", {out});
-    return l;
-  }
+  std::vector<float> vector(const VectorSlice& v) const { return ck_.read(v.tensor, {v.size}); }
+  std::vector<float> vector(const std::optional<VectorSlice>& v) const { return v ? vector(*v) : std::vector<float>{}; }
+  Linear linear(const std::optional<LinearSlice>& s) const { return s ? linear(*s) : Linear{}; }
 
-  AttentionWeights gqa(const std::string& p) const {
-    const int64_t H = c_.hidden_size, hd = c_.head_dim;
+  MlpWeights mlp(const MlpSlices& m) const { return {linear(m.gate), linear(m.up), linear(m.down)}; }
+
+  AttentionWeights gqa(const GqaSlices& s) const {
     AttentionWeights a;
-    a.heads = c_.num_heads / s_.size;
-    a.kv_heads = std::max<int64_t>(1, c_.num_kv_heads / s_.size);
-    // First kv head of this rank; with replication, ranks r*rep..(r+1)*rep-1 share kv head r.
-    const int64_t kv0 = c_.num_kv_heads >= s_.size ? s_.rank * a.kv_heads : s_.rank / (s_.size / c_.num_kv_heads);
-    a.q = column(p + "self_attn.q_proj", c_.q_dim(), H, s_.rank * a.heads * hd, a.heads * hd, c_.qkv_bias);
-    a.k = column(p + "self_attn.k_proj", c_.kv_dim(), H, kv0 * hd, a.kv_heads * hd, c_.qkv_bias);
-    a.v = column(p + "self_attn.v_proj", c_.kv_dim(), H, kv0 * hd, a.kv_heads * hd, c_.qkv_bias);
-    a.o = row(p + "self_attn.o_proj", H, c_.q_dim(), s_.rank * a.heads * hd, a.heads * hd, c_.o_bias);
-    if (c_.qk_norm) {
-      a.q_norm = ck_.read(p + "self_attn.q_norm.weight", {hd});
-      a.k_norm = ck_.read(p + "self_attn.k_norm.weight", {hd});
-    }
+    a.heads = s.heads;
+    a.kv_heads = s.kv_heads;
+    a.q = linear(s.q);
+    a.k = linear(s.k);
+    a.v = linear(s.v);
+    a.o = linear(s.o);
+    a.q_norm = vector(s.q_norm);
+    a.k_norm = vector(s.k_norm);
     return a;
   }
 
-  // MLA: heads split (q_b/q_proj and kv_b by head rows, o_proj by head columns); the latent
-  // projections and their norms replicated.
-  MlaWeights mla(const std::string& p) const {
-    const MlaConfig& m = *c_.mla;
-    const int64_t H = c_.hidden_size, nh = c_.num_heads, qk = m.qk_head_dim(), kvd = m.qk_nope_head_dim + m.v_head_dim;
+  MlaWeights mla(const MlaSlices& s) const {
     MlaWeights a;
-    a.heads = nh / s_.size;
-    const int64_t h0 = s_.rank * a.heads;
-    if (m.q_lora_rank > 0) {
-      a.q_a = replicated(p + "self_attn.q_a_proj", m.q_lora_rank, H, m.bias);
-      a.q_a_norm = ck_.read(p + "self_attn.q_a_layernorm.weight", {m.q_lora_rank});
-      a.q_b = column(p + "self_attn.q_b_proj", nh * qk, m.q_lora_rank, h0 * qk, a.heads * qk, false);
-    } else {
-      a.q = column(p + "self_attn.q_proj", nh * qk, H, h0 * qk, a.heads * qk, false);
-    }
-    a.kv_a = replicated(p + "self_attn.kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim, H, m.bias);
-    a.kv_a_norm = ck_.read(p + "self_attn.kv_a_layernorm.weight", {m.kv_lora_rank});
-    a.kv_b = column(p + "self_attn.kv_b_proj", nh * kvd, m.kv_lora_rank, h0 * kvd, a.heads * kvd, false);
-    a.o = row(p + "self_attn.o_proj", H, nh * m.v_head_dim, h0 * m.v_head_dim, a.heads * m.v_head_dim, m.bias);
+    a.heads = s.heads;
+    a.q_a = linear(s.q_a);
+    a.q_a_norm = vector(s.q_a_norm);
+    a.q_b = linear(s.q_b);
+    a.q = linear(s.q);
+    a.kv_a = linear(s.kv_a);
+    a.kv_a_norm = vector(s.kv_a_norm);
+    a.kv_b = linear(s.kv_b);
+    a.o = linear(s.o);
     return a;
   }
 
-  // A SwiGLU MLP of intermediate size `inter`, sliced over the group when `sliced`.
-  MlpWeights mlp(const std::string& base, int64_t inter, bool sliced, bool bias) const {
-    const int64_t H = c_.hidden_size;
-    const int64_t local = sliced ? inter / s_.size : inter, i0 = sliced ? s_.rank * local : 0;
-    MlpWeights m;
-    m.gate = column(base + "gate_proj", inter, H, i0, local, bias);
-    m.up = column(base + "up_proj", inter, H, i0, local, bias);
-    m.down = row(base + "down_proj", H, inter, i0, local, bias);
-    return m;
-  }
-
-  MoeWeights moe(const std::string& p) const {
-    const MoeConfig& m = *c_.moe;
-    const int64_t H = c_.hidden_size, E = m.num_experts, I = m.expert_intermediate_size;
+  MoeWeights moe(const MoeSlices& s, int64_t hidden) const {
     MoeWeights w;
-    w.router.out = E;
-    w.router.in = H;
-    w.router.w = ck_.read(p + "mlp.gate.weight", {E, H});
-    // Required, never defaulted: a checkpoint without it would route with a zero bias silently.
-    if (m.score_bias) w.score_bias = ck_.read(p + "mlp.gate.e_score_correction_bias", {E});
-    const bool whole = s_.moe_split == MoeSplit::Experts;
-    const int64_t count = whole ? E / s_.size : E;
-    w.first_expert = whole ? s_.rank * count : 0;
-    for (int64_t e = w.first_expert; e < w.first_expert + count; ++e)
-      w.experts.push_back(mlp(cat(p, "mlp.experts.", e, "."), I, !whole, false));
-    if (m.num_shared_experts > 0) {
+    w.router.out = s.experts;
+    w.router.in = hidden;
+    w.router.w = ck_.read(s.router, {s.experts, hidden});
+    if (s.score_bias) w.score_bias = ck_.read(*s.score_bias, {s.experts});
+    w.first_expert = s.first_expert;
+    w.experts.reserve(s.routed.size());
+    for (const MlpSlices& x : s.routed) w.experts.push_back(mlp(x));
+    if (s.shared) {
       w.has_shared = true;
-      w.shared = mlp(p + "mlp.shared_experts.", I * m.num_shared_experts, true, false);
+      w.shared = mlp(*s.shared);
     }
     return w;
   }
@@ -223,80 +114,67 @@ class ShardLoader {
  private:
   const Checkpoint& ck_;
   const LinearReader reader_;
-  const ModelConfig& c_;
-  const TpShard& s_;
 };
 
 }  // namespace
 
+void check_tp_divisibility(const ModelConfig& c, const TpShard& s) {
+  check_tp_counts(c, s);
+  if (s.size == 1 || c.quant.method == QuantConfig::Method::None) return;  // nothing is cut
+  const SliceCheck check(c, s);
+  for (int64_t i = 0; i < c.num_layers; ++i) layer_slices(c, s, i).for_each_linear(check);
+}
+
 ModelWeights load_weights(const Checkpoint& ck, const ModelConfig& c, const TpShard& s) {
   check_tp_divisibility(c, s);
-  const ShardLoader load(ck, c, s);
-  const int64_t H = c.hidden_size;
+  const ShardLoader load(ck, c.quant);
+  const ModelSlices top = model_slices(c);
   ModelWeights m;
-  m.embed = ck.read(c.tensor_prefix + "embed_tokens.weight", {c.vocab_size, H});
-  m.final_norm = ck.read(c.tensor_prefix + "norm.weight", {H});
+  m.embed = ck.read(top.embed, {c.vocab_size, c.hidden_size});
+  m.final_norm = load.vector(top.final_norm);
   m.layers.resize(std::size_t(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     failpoint("load-layer");
     stop_point("loading the weights");
-    const std::string p = layer_prefix(c, i);
+    const LayerSlices ls = layer_slices(c, s, i);
     LayerWeights& l = m.layers[std::size_t(i)];
-    l.input_norm = ck.read(p + "input_layernorm.weight", {H});
-    l.post_attn_norm = ck.read(p + "post_attention_layernorm.weight", {H});
-    if (c.mla)
-      l.attn = load.mla(p);
+    l.input_norm = load.vector(ls.input_norm);
+    l.post_attn_norm = load.vector(ls.post_attn_norm);
+    if (const auto* g = std::get_if<GqaSlices>(&ls.attn))
+      l.attn = load.gqa(*g);
     else
-      l.attn = load.gqa(p);
-    if (c.is_moe_layer(i))
-      l.ffn = load.moe(p);
+      l.attn = load.mla(std::get<MlaSlices>(ls.attn));
+    if (const auto* d = std::get_if<MlpSlices>(&ls.ffn))
+      l.ffn = load.mlp(*d);
     else
-      l.ffn = load.mlp(p + "mlp.", c.intermediate_size, true, c.mlp_bias);
+      l.ffn = load.moe(std::get<MoeSlices>(ls.ffn), c.hidden_size);
   }
   return m;
 }
 
 int64_t host_weight_bytes(const ModelConfig& c, const TpShard& s) {
-  // Mirrors ShardLoader. Counted in double: a hostile config's total can pass int64 (4096 layers of
-  // 65536 experts), and below 2^53 elements (every real model) the count is exact.
-  const double H = double(c.hidden_size);
-  const int64_t T = s.size;
-  const bool rank0 = s.rank == 0;  // row-parallel biases are kept by rank 0 only
-  const auto mlp = [&](int64_t inter, bool sliced, bool bias) {
-    const double local = double(sliced ? inter / T : inter);
-    return 3 * local * H + (bias ? 2 * local + (rank0 ? H : 0) : 0);
+  check_tp_counts(c, s);
+  // Counted in double: a hostile config's total can pass int64 (4096 layers of 256 experts of
+  // width 2^20), and below 2^53 elements (every real model) the count is exact.
+  double n = double(c.vocab_size) * double(c.hidden_size) + double(c.hidden_size);  // embedding, final norm
+  const auto vector = [&](const std::optional<VectorSlice>& v) { n += v ? double(v->size) : 0; };
+  const auto linear = [&](const LinearSlice& l) {
+    n += double(l.rows()) * double(l.cols()) + double(l.bias_values());
   };
-  double n = double(c.vocab_size) * H + H;  // embedding, final norm
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    n += 2 * H;  // the two norms
-    if (c.mla) {
-      const MlaConfig& m = *c.mla;
-      const double heads = double(c.num_heads / T), qk = double(m.qk_head_dim()),
-                   kvd = double(m.qk_nope_head_dim + m.v_head_dim), q_lora = double(m.q_lora_rank),
-                   kv_lora = double(m.kv_lora_rank), kv_a = double(m.kv_lora_rank + m.qk_rope_head_dim);
-      if (m.q_lora_rank > 0)
-        n += q_lora * H + (m.bias ? q_lora : 0) + q_lora + heads * qk * q_lora;
-      else
-        n += heads * qk * H;
-      n += kv_a * H + (m.bias ? kv_a : 0) + kv_lora + heads * kvd * kv_lora;
-      n += H * heads * double(m.v_head_dim) + (m.bias && rank0 ? H : 0);
+    const LayerSlices ls = layer_slices(c, s, i);
+    n += double(ls.input_norm.size + ls.post_attn_norm.size);
+    ls.for_each_linear(linear);
+    if (const auto* g = std::get_if<GqaSlices>(&ls.attn)) {
+      vector(g->q_norm);
+      vector(g->k_norm);
     } else {
-      const double heads = double(c.num_heads / T), kv_heads = double(std::max<int64_t>(1, c.num_kv_heads / T)),
-                   hd = double(c.head_dim);
-      n += (heads + 2 * kv_heads) * hd * H + H * heads * hd;
-      if (c.qkv_bias) n += (heads + 2 * kv_heads) * hd;
-      if (c.o_bias && rank0) n += H;
-      if (c.qk_norm) n += 2 * hd;
+      const MlaSlices& a = std::get<MlaSlices>(ls.attn);
+      vector(a.q_a_norm);
+      vector(a.kv_a_norm);
     }
-    if (c.is_moe_layer(i)) {
-      const MoeConfig& m = *c.moe;
-      const bool whole = s.moe_split == MoeSplit::Experts;
-      n += double(m.num_experts) * H + (m.score_bias ? double(m.num_experts) : 0);
-      n += double(whole ? m.num_experts / T : m.num_experts) * mlp(m.expert_intermediate_size, !whole, false);
-      if (m.num_shared_experts > 0) n += mlp(m.expert_intermediate_size * m.num_shared_experts, true, false);
-    } else {
-      n += mlp(c.intermediate_size, true, c.mlp_bias);
-    }
+    if (const auto* e = std::get_if<MoeSlices>(&ls.ffn))
+      n += double(e->experts) * double(c.hidden_size) + (e->score_bias ? double(e->experts) : 0);
   }
   const double bytes = n * double(sizeof(float));
   return bytes < 0x1p62 ? int64_t(bytes) : int64_t(1) << 62;

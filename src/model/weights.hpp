@@ -1,7 +1,5 @@
-// A decoder's weights as held by one tensor-parallel rank, in float32 on the host.
-// Column-parallel layers (q/k/v, gate/up, MLA q_b/kv_b) keep a slice of output rows; row-parallel
-// layers (o, down) keep a slice of input columns and are followed by one all-reduce. MoE layers
-// hold whole experts (expert parallel) or every expert's intermediate slice.
+// A decoder's weights as held by one tensor-parallel rank, in float32 on the host: the slices
+// model/rank_layout.hpp describes, read from the checkpoint.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,23 +7,10 @@
 #include <vector>
 
 #include "model/hf_config.hpp"
+#include "model/rank_layout.hpp"
 #include "model/safetensors.hpp"
 
 namespace layertap {
-
-// How the routed experts of a MoE layer are laid out over a tensor-parallel group.
-enum class MoeSplit {
-  Experts,       // whole experts: rank r holds experts [r*E/tp, (r+1)*E/tp)
-  Intermediate,  // every expert, sliced along moe_intermediate_size like a dense MLP
-};
-MoeSplit parse_moe_split(const std::string& s);  // "experts" | "intermediate"
-const char* moe_split_name(MoeSplit s);
-
-struct TpShard {
-  int rank = 0;
-  int size = 1;
-  MoeSplit moe_split = MoeSplit::Experts;
-};
 
 struct Linear {
   int64_t out = 0, in = 0;  // local shape
@@ -79,17 +64,17 @@ struct ModelWeights {
   std::vector<float> final_norm;  // [H]
 };
 
-// Checks, before any weight is read, that `shard` divides what it splits: heads, kv heads,
-// intermediate sizes, routed experts (or their intermediate size), and that every slice starts and
-// ends on an FP8 block or INT4 group boundary. Throws naming the numbers.
+// Checks, before any weight is read, that `shard` divides what it splits (check_tp_counts) and
+// that every slice of the rank layout starts and ends on an FP8 block or INT4 group boundary.
+// Throws naming the numbers.
 void check_tp_divisibility(const ModelConfig& c, const TpShard& shard);
 
 // Reads this rank's slice of every tensor the capture needs (the LM head, multi-token-prediction
 // layers and vision tower are never read), decoding quantized weights to float32.
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const TpShard& shard);
 
-// Bytes of float32 that load_weights will hold for this rank, from the config alone (exactly the
-// sum of its vectors): checked against the host's memory before anything is read.
+// Bytes of float32 that load_weights will hold for this rank, from the rank layout alone (exactly
+// the sum of its vectors): checked against the host's memory before anything is read.
 int64_t host_weight_bytes(const ModelConfig& c, const TpShard& shard);
 
 }  // namespace layertap

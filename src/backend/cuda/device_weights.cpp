@@ -23,21 +23,6 @@ using bf16 = __nv_bfloat16;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// One checkpoint module's window, as ShardLoader (src/model/weights.cpp) cuts it for this rank.
-struct Part {
-  std::string module;
-  std::int64_t out_full = 0, in_full = 0;
-  quant::Window win;
-};
-
-Part rows_of(std::string module, std::int64_t out_full, std::int64_t in, std::int64_t row0, std::int64_t rows) {
-  return {std::move(module), out_full, in, {row0, rows, 0, in}};
-}
-Part cols_of(std::string module, std::int64_t out, std::int64_t in_full, std::int64_t col0, std::int64_t cols) {
-  return {std::move(module), out, in_full, {0, out, col0, cols}};
-}
-Part whole(std::string module, std::int64_t out, std::int64_t in) { return rows_of(std::move(module), out, in, 0, out); }
-
 // Records what fills each range `res` hands out (Placement), right after the take.
 class Recorder {
  public:
@@ -77,28 +62,33 @@ class Placer {
   Placer(Recorder& resident, Arena& scratch, const LocalShape& s, std::vector<PackedPiece>& pieces)
       : rec_(resident), res_(resident.arena()), scr_(scratch), s_(s), pieces_(pieces) {}
 
-  // A Linear whose rows are `parts` stacked (q/k/v, gate/up), all stored alike.
-  DeviceLinear linear(const std::vector<Part>& parts, bool bias) {
+  // A Linear whose rows are the slices `parts` stacked (q/k/v, gate/up), all stored alike.
+  DeviceLinear linear(const std::vector<const LinearSlice*>& parts) {
     DeviceLinear l;
-    l.in = parts.front().win.cols;
-    for (const Part& p : parts) l.out += p.win.rows;
-    const LinearStorage st = s_.storage(parts.front().module);
-    for (const Part& p : parts)
-      LT_CHECK(s_.storage(p.module).kind == st.kind, "cuda backend: ", p.module, " is stored differently from ",
-               parts.front().module, ", which the device fuses it with");
+    l.in = parts.front()->win.cols;
+    for (const LinearSlice* p : parts) l.out += p->win.rows;
+    const LinearStorage st = s_.storage(parts.front()->module);
+    const bool bias = parts.front()->bias;
+    for (const LinearSlice* p : parts) {
+      LT_CHECK(s_.storage(p->module).kind == st.kind, "cuda backend: ", p->module, " is stored differently from ",
+               parts.front()->module, ", which the device fuses it with");
+      LT_CHECK(p->bias == bias, "cuda backend: ", p->module, " and ", parts.front()->module,
+               " differ in having a bias, which the device fuses");
+    }
     if (st.kind == LinearStorage::Kind::Bf16) {
       l.w = res_.take<bf16>(l.out * l.in);
       std::size_t at = 0;
-      for (const Part& p : parts) {
-        const std::size_t bytes = std::size_t(p.win.rows * l.in) * 2;
-        rec_.add(Placement::Fill::Bf16, p.module + ".weight", false, p.out_full, p.in_full, p.win, bytes, at, true);
+      for (const LinearSlice* p : parts) {
+        const std::size_t bytes = std::size_t(p->win.rows * l.in) * 2;
+        rec_.add(Placement::Fill::Bf16, p->module + ".weight", false, p->out_full, p->in_full, p->win, bytes, at, true);
         at += bytes;
       }
     } else {
       l.packed = true;
       l.w = scr_.take<bf16>(l.out * l.in);
       std::int64_t row = 0;
-      for (const Part& p : parts) {
+      for (const LinearSlice* slice : parts) {
+        const LinearSlice& p = *slice;
         PackedPiece pc;
         pc.storage = st;
         pc.rows = p.win.rows;
@@ -133,13 +123,14 @@ class Placer {
       }
     }
     if (bias) {
-      // Column-parallel parts keep their rows of the bias; a row-parallel Linear the whole of it.
+      // Column-parallel parts keep their rows of the bias; a row-parallel Linear the whole of it
+      // (its window's rows are all of them).
       l.b = res_.take<bf16>(l.out);
       std::size_t at = 0;
-      for (const Part& p : parts) {
-        rec_.add(Placement::Fill::Bf16, p.module + ".bias", true, 1, p.out_full, {0, 1, p.win.row0, p.win.rows},
-                 std::size_t(p.win.rows) * 2, at);
-        at += std::size_t(p.win.rows) * 2;
+      for (const LinearSlice* p : parts) {
+        rec_.add(Placement::Fill::Bf16, p->module + ".bias", true, 1, p->out_full, {0, 1, p->win.row0, p->win.rows},
+                 std::size_t(p->win.rows) * 2, at);
+        at += std::size_t(p->win.rows) * 2;
       }
     }
     return l;
@@ -156,75 +147,60 @@ class Placer {
 }  // namespace
 
 void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scratch_capacity, const LocalShape& s) {
-  const std::int64_t H = s.hidden, hd = s.head_dim, I = s.inter, r = s.tp_rank, tp = s.tp_size;
+  const ModelSlices top = s.model_slices();
   placements_.clear();
   Recorder rec(res, placements_);
-  embed = rec.matrix(Placement::Fill::Bf16, s.prefix + "embed_tokens.weight", s.vocab, H);
-  final_norm = rec.vector(s.prefix + "norm.weight", H);
+  embed = rec.matrix(Placement::Fill::Bf16, top.embed, s.vocab, s.hidden);
+  final_norm = rec.vector(top.final_norm.tensor, top.final_norm.size);
   layers.assign(std::size_t(s.layers), DeviceLayer{});
   sizes_.scratch = 0;
   sizes_.scratch_layer = -1;
   for (std::int64_t i = 0; i < s.layers; ++i) {
+    const LayerSlices ls = s.layer_slices(i);
     DeviceLayer& l = layers[std::size_t(i)];
     Arena scr = scratch_base != nullptr ? Arena(scratch_base, scratch_capacity) : Arena();
     Placer put(rec, scr, s, l.packed);
-    const auto m = [&](const std::string& suffix) { return s.module(i, suffix); };
-    l.input_norm = rec.vector(m("input_layernorm.weight"), H);
-    l.post_attn_norm = rec.vector(m("post_attention_layernorm.weight"), H);
-    if (!s.mla) {
-      if (s.qk_norm) {
-        l.q_norm = rec.vector(m("self_attn.q_norm.weight"), hd);
-        l.k_norm = rec.vector(m("self_attn.k_norm.weight"), hd);
-      }
-      // First kv head of this rank; with replication, ranks r*rep..(r+1)*rep-1 share kv head r.
-      const std::int64_t kv0 = s.total_kv_heads >= tp ? r * s.kv_heads : r / (tp / s.total_kv_heads);
-      const std::int64_t q_full = s.heads * tp * hd, kv_full = s.total_kv_heads * hd;
-      l.qkv = put.linear({rows_of(m("self_attn.q_proj"), q_full, H, r * s.q_dim(), s.q_dim()),
-                          rows_of(m("self_attn.k_proj"), kv_full, H, kv0 * hd, s.kv_heads * hd),
-                          rows_of(m("self_attn.v_proj"), kv_full, H, kv0 * hd, s.kv_heads * hd)},
-                         s.qkv_bias);
-      l.o = put.linear({cols_of(m("self_attn.o_proj"), H, q_full, r * s.q_dim(), s.q_dim())}, s.o_bias);
+    const auto vector = [&](const VectorSlice& v) { return rec.vector(v.tensor, v.size); };
+    l.input_norm = vector(ls.input_norm);
+    l.post_attn_norm = vector(ls.post_attn_norm);
+    if (const auto* g = std::get_if<GqaSlices>(&ls.attn)) {
+      if (g->q_norm) l.q_norm = vector(*g->q_norm);
+      if (g->k_norm) l.k_norm = vector(*g->k_norm);
+      l.qkv = put.linear({&g->q, &g->k, &g->v});
+      l.o = put.linear({&g->o});
     } else {
+      const MlaSlices& m = std::get<MlaSlices>(ls.attn);
       DeviceMla& a = l.mla;
-      const std::int64_t qk = s.mla_qk(), kvd = s.nope + s.v_dim, nh = s.heads, nh_full = s.heads * tp;
-      if (s.q_lora > 0) {
-        a.q_a = put.linear({whole(m("self_attn.q_a_proj"), s.q_lora, H)}, s.mla_bias);
-        a.q_a_norm = rec.vector(m("self_attn.q_a_layernorm.weight"), s.q_lora);
-        a.q_b = put.linear({rows_of(m("self_attn.q_b_proj"), nh_full * qk, s.q_lora, r * nh * qk, nh * qk)}, false);
+      if (m.q_a) {
+        a.q_a = put.linear({&*m.q_a});
+        a.q_a_norm = vector(*m.q_a_norm);
+        a.q_b = put.linear({&*m.q_b});
       } else {
-        a.q = put.linear({rows_of(m("self_attn.q_proj"), nh_full * qk, H, r * nh * qk, nh * qk)}, false);
+        a.q = put.linear({&*m.q});
       }
-      a.kv_a = put.linear({whole(m("self_attn.kv_a_proj_with_mqa"), s.kv_lora + s.rope_dim, H)}, s.mla_bias);
-      a.kv_a_norm = rec.vector(m("self_attn.kv_a_layernorm.weight"), s.kv_lora);
-      a.kv_b = put.linear({rows_of(m("self_attn.kv_b_proj"), nh_full * kvd, s.kv_lora, r * nh * kvd, nh * kvd)}, false);
-      a.o = put.linear({cols_of(m("self_attn.o_proj"), H, nh_full * s.v_dim, r * nh * s.v_dim, nh * s.v_dim)},
-                       s.o_bias);
+      a.kv_a = put.linear({&m.kv_a});
+      a.kv_a_norm = vector(m.kv_a_norm);
+      a.kv_b = put.linear({&m.kv_b});
+      a.o = put.linear({&m.o});
     }
-    // A SwiGLU MLP of this rank's intermediate size `local` out of `full`, starting at `i0`.
-    const auto mlp = [&](const std::string& base, std::int64_t full, std::int64_t i0, std::int64_t local, bool bias,
-                         bool down_bias, DeviceLinear& gate_up, DeviceLinear& down) {
-      gate_up = put.linear({rows_of(m(base + "gate_proj"), full, H, i0, local),
-                            rows_of(m(base + "up_proj"), full, H, i0, local)},
-                           bias);
-      down = put.linear({cols_of(m(base + "down_proj"), H, full, i0, local)}, down_bias);
+    // A SwiGLU MLP as two Linears: gate rows then up rows, and down.
+    const auto mlp = [&](const MlpSlices& m, DeviceLinear& gate_up, DeviceLinear& down) {
+      gate_up = put.linear({&m.gate, &m.up});
+      down = put.linear({&m.down});
     };
-    l.moe = s.moe_layer[std::size_t(i)];
+    l.moe = std::holds_alternative<MoeSlices>(ls.ffn);
     if (!l.moe) {
-      mlp("mlp.", I * tp, r * I, I, s.mlp_bias, s.down_bias, l.gate_up, l.down);
+      mlp(std::get<MlpSlices>(ls.ffn), l.gate_up, l.down);
     } else {
+      const MoeSlices& m = std::get<MoeSlices>(ls.ffn);
       DeviceMoe& e = l.experts;
-      e.router = rec.matrix(Placement::Fill::RouterHigh, m("mlp.gate.weight"), s.experts, H);
-      if (s.router_lo) e.router_lo = rec.matrix(Placement::Fill::RouterLow, m("mlp.gate.weight"), s.experts, H);
-      if (s.score_bias) e.score_bias = rec.float32(m("mlp.gate.e_score_correction_bias"), s.experts);
-      e.gate_up.resize(std::size_t(s.local_experts));
-      e.down.resize(std::size_t(s.local_experts));
-      const std::int64_t Ie = s.expert_inter, Ie_full = s.moe_whole ? Ie : Ie * tp, ie0 = s.moe_whole ? 0 : r * Ie;
-      for (std::int64_t x = 0; x < s.local_experts; ++x)
-        mlp(cat("mlp.experts.", s.first_expert + x, "."), Ie_full, ie0, Ie, false, false, e.gate_up[std::size_t(x)],
-            e.down[std::size_t(x)]);
-      if (s.shared_inter > 0)
-        mlp("mlp.shared_experts.", s.shared_inter * tp, r * s.shared_inter, s.shared_inter, false, false,
-            e.shared_gate_up, e.shared_down);
+      e.router = rec.matrix(Placement::Fill::RouterHigh, m.router, m.experts, s.hidden);
+      if (s.router_lo) e.router_lo = rec.matrix(Placement::Fill::RouterLow, m.router, m.experts, s.hidden);
+      if (m.score_bias) e.score_bias = rec.float32(*m.score_bias, m.experts);
+      e.gate_up.resize(m.routed.size());
+      e.down.resize(m.routed.size());
+      for (std::size_t x = 0; x < m.routed.size(); ++x) mlp(m.routed[x], e.gate_up[x], e.down[x]);
+      if (m.shared) mlp(*m.shared, e.shared_gate_up, e.shared_down);
     }
     if (scr.used() > sizes_.scratch) {
       sizes_.scratch = scr.used();

@@ -48,34 +48,6 @@ LinearStorage LocalShape::storage(const std::string& name) const {
 
 namespace {
 
-// The Linear modules this rank holds in layer i (suffixes after "layers.i.").
-std::vector<std::string> layer_linears(const ModelConfig& c, const LocalShape& s, std::int64_t i) {
-  std::vector<std::string> names;
-  if (c.mla) {
-    if (c.mla->q_lora_rank > 0) {
-      names.push_back("self_attn.q_a_proj");
-      names.push_back("self_attn.q_b_proj");
-    } else {
-      names.push_back("self_attn.q_proj");
-    }
-    names.push_back("self_attn.kv_a_proj_with_mqa");
-    names.push_back("self_attn.kv_b_proj");
-  } else {
-    for (const char* n : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}) names.push_back(n);
-  }
-  names.push_back("self_attn.o_proj");
-  const auto mlp = [&](const std::string& base) {
-    for (const char* n : {"gate_proj", "up_proj", "down_proj"}) names.push_back(base + n);
-  };
-  if (!s.moe_layer[std::size_t(i)]) {
-    mlp("mlp.");
-  } else {
-    for (std::int64_t e = s.first_expert; e < s.first_expert + s.local_experts; ++e) mlp(cat("mlp.experts.", e, "."));
-    if (s.shared_inter > 0) mlp("mlp.shared_experts.");
-  }
-  return names;
-}
-
 kernels::ScaleType scale_type_of(DType d) {
   switch (d) {
     case DType::BF16: return kernels::ScaleType::BF16;
@@ -98,19 +70,16 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
   l.layers = c.num_layers;
   l.vocab = c.vocab_size;
   l.head_dim = c.head_dim;
-  l.heads = c.num_heads / s.size;
-  l.kv_heads = std::max<std::int64_t>(1, c.num_kv_heads / s.size);  // replicated when kv heads < ranks
   l.total_kv_heads = c.num_kv_heads;
-  l.inter = c.intermediate_size / s.size;
   l.qkv_bias = c.qkv_bias;
-  l.o_bias = c.o_bias && s.rank == 0;
   l.mlp_bias = c.mlp_bias;
-  l.down_bias = c.mlp_bias && s.rank == 0;
   l.qk_norm = c.qk_norm;
   l.rope_attention_factor = c.rope.type == RopeConfig::Type::Yarn ? float(c.rope.attention_factor) : 1.0f;
   l.prefix = c.tensor_prefix;
   l.tp_rank = s.rank;
   l.tp_size = s.size;
+  l.config = c;
+  l.shard = s;
   if (c.mla) {
     const MlaConfig& m = *c.mla;
     l.mla = true;
@@ -121,10 +90,8 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
     l.v_dim = m.v_head_dim;
     l.rope_interleave = m.rope_interleave;
     l.mla_bias = m.bias;
-    l.o_bias = m.bias && s.rank == 0;
     l.softmax_scale = float(m.softmax_scale);
     l.head_dim = m.qk_rope_head_dim;
-    l.kv_heads = l.heads;
   }
   l.moe_layer.assign(std::size_t(c.num_layers), false);
   for (std::int64_t i = 0; i < c.num_layers; ++i) l.moe_layer[std::size_t(i)] = c.is_moe_layer(i);
@@ -134,35 +101,60 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
     l.moe_whole = whole;
     l.experts = m.num_experts;
     l.top_k = m.experts_per_token;
-    l.local_experts = whole ? m.num_experts / s.size : m.num_experts;
-    l.first_expert = whole ? s.rank * l.local_experts : 0;
-    l.expert_inter = whole ? m.expert_intermediate_size : m.expert_intermediate_size / s.size;
-    l.shared_inter = m.num_shared_experts * m.expert_intermediate_size / s.size;
     l.score_bias = m.score_bias;
     l.route = route_params(m);
   }
   l.block_rows = c.quant.block_rows;
   l.block_cols = c.quant.block_cols;
   l.group = c.quant.group_size;
+  // The rank's counts, read off its layout (every layer of a kind holds the same shapes).
+  const LayerSlices first = l.layer_slices(0);
+  if (const auto* g = std::get_if<GqaSlices>(&first.attn)) {
+    l.heads = g->heads;
+    l.kv_heads = g->kv_heads;
+    l.first_kv_head = g->first_kv_head;
+    l.o_bias = g->o.bias;
+  } else {
+    const MlaSlices& a = std::get<MlaSlices>(first.attn);
+    l.heads = l.kv_heads = a.heads;
+    l.o_bias = a.o.bias;
+  }
+  bool dense_seen = false, moe_seen = false;
+  for (std::int64_t i = 0; i < c.num_layers && !(dense_seen && moe_seen); ++i) {
+    if (l.moe_layer[std::size_t(i)] ? moe_seen : dense_seen) continue;
+    const LayerSlices ls = i == 0 ? first : l.layer_slices(i);
+    if (const auto* d = std::get_if<MlpSlices>(&ls.ffn)) {
+      dense_seen = true;
+      l.inter = d->gate.rows();
+      l.down_bias = d->down.bias;
+    } else {
+      moe_seen = true;
+      const MoeSlices& e = std::get<MoeSlices>(ls.ffn);
+      l.local_experts = std::int64_t(e.routed.size());
+      l.first_expert = e.first_expert;
+      l.expert_inter = e.routed.empty() ? 0 : e.routed.front().gate.rows();
+      l.shared_inter = e.shared ? e.shared->gate.rows() : 0;
+    }
+  }
   if (packed != PackedSource::None && c.quant.method != QuantConfig::Method::None) {
     for (std::int64_t i = 0; i < c.num_layers; ++i) {
-      for (const std::string& suffix : layer_linears(c, l, i)) {
-        const std::string name = l.module(i, suffix);
+      l.layer_slices(i).for_each_linear([&](const LinearSlice& slice) {
+        const std::string& name = slice.module;
         LinearStorage st;
         if (packed == PackedSource::Checkpoint) {
           const auto f = packed_format(*ckpt, c.quant, name);
-          if (!f) continue;
+          if (!f) return;
           st.kind = *f == PackedLinear::Format::Fp8Block ? LinearStorage::Kind::Fp8Block : LinearStorage::Kind::Int4Group;
           if (st.kind == LinearStorage::Kind::Int4Group)
             st.scale = scale_type_of(ckpt->info(name + ".weight_scale").dtype);
         } else if (c.quant.method == QuantConfig::Method::Int4Group) {
-          if (!c.quant.int4_packed(name)) continue;
+          if (!c.quant.int4_packed(name)) return;
           st.kind = LinearStorage::Kind::Int4Group;
         } else {
           st.kind = LinearStorage::Kind::Fp8Block;
         }
         l.packed.emplace(name, st);
-      }
+      });
     }
   }
   return l;

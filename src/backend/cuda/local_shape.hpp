@@ -1,6 +1,6 @@
-// The shapes one tensor-parallel rank holds of a decoder (heads, kv heads and intermediate sizes
-// divided as src/model/weights.cpp slices them; MLA heads; this rank's routed experts), and how
-// each of its Linear weights is stored on the device: bf16, or packed (FP8 blocks, INT4 groups).
+// The shapes one tensor-parallel rank holds of a decoder (heads, kv heads, intermediate sizes and
+// routed experts, read off the rank layout of src/model/rank_layout.hpp), and how each of its
+// Linear weights is stored on the device: bf16, or packed (FP8 blocks, INT4 groups).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -10,6 +10,7 @@
 #include "kernels/moe_routing.hpp"
 #include "kernels/quant_element.hpp"
 #include "model/hf_config.hpp"
+#include "model/rank_layout.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 
@@ -39,6 +40,7 @@ struct LocalShape {
   std::int64_t hidden = 0, layers = 0, vocab = 0, head_dim = 0;  // head_dim: GQA's; MLA's rope dim
   std::int64_t heads = 0, kv_heads = 0, inter = 0;  // this rank's query heads, kv heads, dense intermediate size
   std::int64_t total_kv_heads = 0;                  // the model's (kv heads are replicated when fewer than ranks)
+  std::int64_t first_kv_head = 0;                   // GQA: this rank's first kv head of the model's
   bool qkv_bias = false;   // q/k/v biases (Qwen2, Llama attention_bias)
   bool o_bias = false;     // o_proj bias, on TP rank 0 only (added once, before the all-reduce)
   bool mlp_bias = false;   // gate/up biases
@@ -68,6 +70,9 @@ struct LocalShape {
   std::int64_t block_rows = 0, block_cols = 0, group = 0;
   std::string prefix;  // tensor-name prefix of the layers ("model.", "language_model.model.")
   int tp_rank = 0, tp_size = 1;
+  // What the shape was made from: the rank layout that the device placement walks.
+  ModelConfig config;
+  TpShard shard;
 
   std::int64_t q_dim() const { return heads * head_dim; }
   std::int64_t qkv_dim() const { return (heads + 2 * kv_heads) * head_dim; }
@@ -78,6 +83,8 @@ struct LocalShape {
   std::int64_t max_routed_rows(std::int64_t tokens) const;
   std::string module(std::int64_t layer, const std::string& suffix) const;  // full module name
   LinearStorage storage(const std::string& module) const;
+  ModelSlices model_slices() const { return layertap::model_slices(config); }
+  LayerSlices layer_slices(std::int64_t layer) const { return layertap::layer_slices(config, shard, layer); }
 
   // Checks divisibility (check_tp_divisibility) and derives the rank's shapes; `ckpt` is needed for
   // PackedSource::Checkpoint.
