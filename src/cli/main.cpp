@@ -15,6 +15,7 @@
 #include "core/log.hpp"
 #include "core/stop_request.hpp"
 #include "job/extract_job.hpp"
+#include "job/verify_job.hpp"
 
 namespace {
 
@@ -74,9 +75,9 @@ int run(int argc, char** argv, const layertap::MpiEnv& mpi) {
     return layertap::cli::run_inspect(rest[0], std::cout);
   }
   if (args[0] == "verify") {
-    layertap::cli::VerifyOptions opts;
+    layertap::VerifyOptions opts;
     if (!layertap::cli::parse_verify_options(rest, opts, std::cout)) return 0;
-    return layertap::cli::run_verify(opts, std::cout);
+    return layertap::job::run_verify(opts, std::cout);
   }
   if (args[0] == "bench") {
 #ifdef LAYERTAP_HAVE_CUDA
