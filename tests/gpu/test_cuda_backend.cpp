@@ -559,7 +559,9 @@ int synthetic_moe() {
     States out[2];
     for (int i = 0; i < 2; ++i) {
       o.attention = i == 0 ? cuda::AttentionKernel::Reference : cuda::AttentionKernel::Flash;
-      cuda::CudaProbe probe{.forced_experts = forced_e, .forced_weights = forced_w};
+      cuda::CudaProbe probe;
+      probe.forced_experts = forced_e;
+      probe.forced_weights = forced_w;
       o.probe = &probe;
       const auto backend = cuda::CudaBackend::synthetic(cfg, solo, o, 91);
       out[i] = backend->forward(batch, plan, DType::BF16);
