@@ -21,6 +21,9 @@ a shard name that is a symbolic link must resolve inside the directory (the C++ 
 links); names are valid UTF-8 without NUL, each listed once; ``totals`` equal the sums over the
 shards; ``dataset`` and ``run``, where present, have the types the tools read. Every failure is
 an ``OutputError``: one line naming the file and the key.
+
+python/tests/test_hostile_outputs.py runs one corpus of damaged outputs through these readers and
+through ``layertap verify --samples 0`` and asserts the same verdict (accept or refuse) on each.
 """
 
 from __future__ import annotations
@@ -261,8 +264,10 @@ class Manifest:
         self.compression = _parse_compression(top)
 
         model = top.object("model")
-        for k in ("dir", "architecture", "config_sha256", "weights_fingerprint"):
-            model.string(k)
+        model.string("dir")
+        # the model's identity, which every shard's attributes must repeat (check_shard)
+        self.identity = {k: model.string(k) for k in ("architecture", "config_sha256",
+                                                       "weights_fingerprint")}
         self.num_layers = model.integer("num_hidden_layers", 1, 1 << 20)
         self.hidden_size = model.integer("hidden_size", 1, 1 << 24)
         self.vocab_size = model.integer("vocab_size", 1, KMAX)
@@ -306,8 +311,42 @@ class Manifest:
         ds = top.object_or_none("dataset")
         self.dataset_path = ds.string_or("path", None) if ds else None
         self.dataset_samples = ds.integer_or("samples", None, 0, KMAX) if ds else None
+        self.skipped = self._skipped(top)
+        if self.complete:
+            self._check_every_sample_accounted(path, sum(s["samples"] for s in self.shards))
         run = top.object_or_none("run")
         self.stopped_by = run.string_or("stopped_by", None) if run else None
+        # the backend decides `layertap verify`'s bound, so both readers check it
+        backend = run.string_or("backend", "cpu") if run else "cpu"
+        if backend not in ("cpu", "cuda"):
+            raise OutputError(f"{path}: key 'run.backend' = {excerpt(backend)} is not cpu or cuda")
+
+    @staticmethod
+    def _skipped(top: _Fields) -> list[int]:
+        """The indices of ``skipped_samples`` (``--on-nonfinite skip``), each checked."""
+        if not top.has("skipped_samples"):
+            return []
+        return [_Fields(e, top.file, f"skipped_samples[{i}].").integer("index", 0, KMAX)
+                for i, e in enumerate(top.array("skipped_samples"))]
+
+    def _check_every_sample_accounted(self, path: Path, held: int):
+        """A complete run holds or lists as skipped each of the dataset's samples, once
+        (output_check.cpp manifest_count_problems)."""
+        if self.dataset_samples is None:
+            raise OutputError(f"{path}: the run is marked complete but names no 'dataset.samples', "
+                              "so whether its shards hold every sample cannot be checked")
+        n = self.dataset_samples
+        if held + len(self.skipped) != n:
+            raise OutputError(f"{path}: its shards hold {held} samples and it lists "
+                              f"{len(self.skipped)} skipped, not the dataset's {n}")
+        seen = set()
+        for i in sorted(self.skipped):
+            if i >= n:
+                raise OutputError(f"{path}: skipped_samples lists index {i}, outside the "
+                                  f"dataset's {n} samples")
+            if i in seen:
+                raise OutputError(f"{path}: skipped_samples lists index {i} twice")
+            seen.add(i)
 
 
 def read_manifest(directory: str | os.PathLike) -> Manifest:

@@ -79,6 +79,8 @@ class Output:
         self.compression = m.compression
         self.dataset_path = m.dataset_path
         self.dataset_samples = m.dataset_samples
+        self.identity = m.identity
+        self.skipped = m.skipped
         self.points = [Point(spec, pid, i, meaning) for i, (spec, pid, meaning) in enumerate(m.points)]
         self.shards = m.shards
         codec = self.compression.split(":")[0]
@@ -155,7 +157,8 @@ class Output:
                            storage_dtype=self.storage_dtype, expected_tokens=s["tokens"],
                            point_ids=[p.id for p in self.points], num_layers=self.num_layers,
                            max_index=self.dataset_samples, vocab_size=self.vocab_size,
-                           compression=self.compression, manifest_key=s["key"])
+                           compression=self.compression, manifest_key=s["key"],
+                           identity=self.identity, skipped=self.skipped)
 
     def check_shards(self) -> None:
         """Opens every shard once (its datasets, shapes, attributes and filters checked)."""
@@ -192,7 +195,8 @@ class ShardReader:
     this size can hold; ``/hidden_states`` [T, P, H] with T the tokens of ``/input_ids`` and
     ``/loss_mask`` and P, H, the dtype, the capture point ids and the layer count those of the
     manifest (when given); ``/sample_offsets`` S+1 entries from 0 to T, strictly increasing;
-    ``/sample_index`` S entries, increasing, non-negative (and below ``max_index``); every filter
+    ``/sample_index`` S entries, increasing, non-negative (and below ``max_index``, none of
+    ``skipped``); the string attributes present and the model's ``identity`` the manifest's; every filter
     decodable here. Any failure is an ``OutputError`` naming the shard and the dataset."""
 
     def __init__(self, path: Path, expected_samples: int | None = None, num_points: int | None = None,
@@ -200,7 +204,8 @@ class ShardReader:
                  expected_tokens: int | None = None, point_ids: list[int] | None = None,
                  num_layers: int | None = None, max_index: int | None = None,
                  vocab_size: int | None = None, compression: str | None = None,
-                 manifest_key: str | None = None):
+                 manifest_key: str | None = None, identity: dict[str, str] | None = None,
+                 skipped: list[int] | None = None):
         self.path = Path(path)
         self.vocab_size = vocab_size
         self._key = f" ({manifest_key} in manifest.json)" if manifest_key else ""
@@ -217,7 +222,8 @@ class ShardReader:
             self._fail(f"cannot be read as HDF5 (truncated, damaged or not a shard): {one_line(e)}")
         try:
             self._check(expected_samples, num_points, hidden_size, storage_dtype, expected_tokens,
-                        point_ids, num_layers, max_index, compression)
+                        point_ids, num_layers, max_index, compression, skipped)
+            self._check_identity(identity)
         except BaseException:
             self.file.close()
             raise
@@ -291,8 +297,26 @@ class ShardReader:
             self._fail(f"attribute {name} must be a string, found {excerpt(np.asarray(v).tolist())}")
         return v
 
+    def _check_identity(self, identity: dict[str, str] | None):
+        """The string attributes every shard carries (docs/FORMAT.md), and the model's identity
+        equal to the manifest's (output_check.cpp check_shard: another model's shard is refused)."""
+        for name in ("capture_request", "capture_convention"):
+            self._attr_str(name)
+        specs = np.atleast_1d(np.asarray(self._attr("capture_points"), dtype=object))
+        if not all(isinstance(x, (str, bytes)) for x in specs):
+            self._fail(f"attribute capture_points = {excerpt(specs.tolist())} must be a list of "
+                       "strings")
+        if len(specs) != self.num_points:
+            self._fail(f"attribute capture_points has {len(specs)} names for the {self.num_points} "
+                       "points of /hidden_states")
+        for name in ("architecture", "config_sha256", "weights_fingerprint"):
+            got = self._attr_str(name)
+            if identity is not None and got != identity[name]:
+                self._fail(f"attribute {name} = {excerpt(got)}, manifest says "
+                           f"{excerpt(identity[name])} (another model's shard)")
+
     def _check(self, expected_samples, num_points, hidden_size, storage_dtype, expected_tokens,
-               point_ids, num_layers, max_index, compression):
+               point_ids, num_layers, max_index, compression, skipped):
         ds = {name: self._dataset(name, rank) for name, rank in DATASETS}
         self.hs, self.ids, self.mask = ds["hidden_states"], ds["input_ids"], ds["loss_mask"]
         for name, d in ds.items():
@@ -394,6 +418,10 @@ class ShardReader:
         if S and max_index is not None and idx.max() >= max_index:
             self._fail(f"/sample_index holds {int(idx.max())}, but the manifest's dataset.samples "
                        f"is {max_index}")
+        held_and_skipped = np.isin(idx, np.array(sorted(skipped or ()), dtype=np.int64))
+        if held_and_skipped.any():
+            self._fail(f"/sample_index holds {int(idx[np.argmax(held_and_skipped)])}, which "
+                       "manifest.json lists in skipped_samples")
 
     def _read_error(self, ds: h5py.Dataset, name: str, what: str, e: BaseException):
         hint = ""

@@ -37,8 +37,12 @@ def _point_spec(pid: int, L: int) -> tuple[str, str]:
 def write_output(path, num_layers: int, hidden_size: int, point_ids: list[int],
                  lengths: list[int], samples_per_shard: int | None = None,
                  dtype: str = "bfloat16", vocab_size: int = 32000, seed: int = 0,
-                 complete: bool = True) -> Path:
+                 complete: bool = True, skipped: tuple[int, ...] = ()) -> Path:
+    """`lengths` are the held samples' token counts; `skipped` are dataset indices left out as
+    `--on-nonfinite skip` leaves them (listed in skipped_samples, absent from every shard)."""
     out = Path(path)
+    n = len(lengths) + len(skipped)
+    held = [i for i in range(n) if i not in set(skipped)]
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     P, H, L = len(point_ids), hidden_size, num_layers
@@ -73,7 +77,7 @@ def write_output(path, num_layers: int, hidden_size: int, point_ids: list[int],
             mask = (rng.random(T) < 0.6).astype(np.uint8)
             off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
             for k, v in (("input_ids", ids), ("loss_mask", mask), ("sample_offsets", off),
-                         ("sample_index", np.arange(s0, s0 + len(lens), dtype=np.int64))):
+                         ("sample_index", np.array(held[s0:s0 + len(lens)], dtype=np.int64))):
                 f.create_dataset(k, data=v, chunks=True, maxshape=(None,))
             f.attrs["format_version"] = np.int64(FORMAT_VERSION)
             f.attrs["capture_points"] = [_point_spec(p, L)[0] for p in point_ids]
@@ -83,9 +87,12 @@ def write_output(path, num_layers: int, hidden_size: int, point_ids: list[int],
             f.attrs["num_layers"] = np.int64(L)
             f.attrs["hidden_size"] = np.int64(H)
             f.attrs["dtype"] = dtype
+            f.attrs["compression"] = "none"
             f.attrs["architecture"] = "LlamaForCausalLM"
+            f.attrs["config_sha256"] = ""
+            f.attrs["weights_fingerprint"] = ""
         shards.append({"file": name, "samples": len(lens), "tokens": T,
-                       "first_sample": s0, "last_sample": s0 + len(lens) - 1,
+                       "first_sample": held[s0], "last_sample": held[s0 + len(lens) - 1],
                        "bytes": (out / name).stat().st_size,
                        "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest()
                        if (out / name).stat().st_size < (256 << 20) else ""})
@@ -99,11 +106,13 @@ def write_output(path, num_layers: int, hidden_size: int, point_ids: list[int],
                   "num_hidden_layers": L, "hidden_size": H, "vocab_size": vocab_size,
                   "checkpoint_dtype": "bfloat16", "quantization": "none",
                   "config_sha256": "", "weights_fingerprint": ""},
-        "dataset": {"path": "", "sha256": "", "samples": len(lengths), "tokens": int(sum(lengths))},
-        "storage_dtype": dtype, "shards": shards, "skipped_samples": [],
+        "dataset": {"path": "", "sha256": "", "samples": n, "tokens": int(sum(lengths))},
+        "storage_dtype": dtype, "shards": shards,
+        "skipped_samples": [{"index": i, "id": f"sample-{i}", "reason": "non-finite states"}
+                            for i in skipped],
         "totals": {"samples": len(lengths), "tokens": int(sum(lengths)),
                    "bytes": sum(s["bytes"] for s in shards)},
-        "run": {"command": "synthetic", "backend": "none"},
+        "run": {"command": "synthetic", "backend": "cpu"},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return out

@@ -109,7 +109,7 @@ def test_refuses_incomplete_unless_asked(tiny_out, tmp_path):
 def test_shard_mismatch_is_detected(tmp_path):
     out = write_output(tmp_path / "o", 30, 16, [2, 15, 27, 30, 31], [3, 4, 5])
     m = json.loads((out / "manifest.json").read_text())
-    m["shards"][0]["samples"] = m["totals"]["samples"] = 4
+    m["shards"][0]["samples"] = m["totals"]["samples"] = m["dataset"]["samples"] = 4
     (out / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(OutputError, match=r"shard-00000.h5: /sample_index holds 3 samples, manifest says 4"):
         HiddenStatesDataset(out)[0]

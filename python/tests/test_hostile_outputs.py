@@ -1,8 +1,13 @@
-"""Hostile and damaged output directories through layertap.data and layertap-export: one table row
-per case, each refused with an OutputError whose message is one line naming the file (the
-manifest or the shard) and the key or dataset; the CLI prints `layertap-export: error: ...` and
-exits 2 with no traceback. The outputs are synthetic (layertap.synthetic), tampered per row."""
+"""Hostile and damaged output directories: one corpus, run through both readers of the format.
 
+Each ROWS case is refused by layertap.data (an OutputError whose message is one line naming the
+file, the manifest or the shard, and the key or dataset), by layertap-export (`layertap-export:
+error: ...`, exit 2, no traceback) and by the C++ checker (`layertap verify --samples 0`: every
+shard opened and checked against the manifest, every value read; exit 1 naming the file). ACCEPTED
+lists the valid outputs all three read. So the Python reader and the C++ checker give the same
+verdict on every case. The outputs are synthetic (layertap.synthetic), tampered per row."""
+
+import hashlib
 import json
 import os
 import shutil
@@ -35,12 +40,14 @@ def edit_manifest(out: Path, fn):
 
 
 def resize_manifest(out: Path):
-    """Record the shards' current sizes (so a row reaches the check it is about)."""
+    """Record the shards' current sizes and checksums (so a row reaches the check it is about,
+    not the C++ checker's SHA-256 comparison)."""
     def fix(m):
         for s in m["shards"]:
             p = out / s["file"]
             if p.is_file():
                 s["bytes"] = p.stat().st_size
+                s["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
         m["totals"]["bytes"] = sum(s["bytes"] for s in m["shards"])
     edit_manifest(out, fix)
 
@@ -129,9 +136,10 @@ def totals_plus_one(m):
     m["totals"]["samples"] += 1
 
 
-def shard_samples_three(m):
+def shard_samples_three(m):          # the counts agree with each other, not with the shard
     m["shards"][0]["samples"] = 3
     m["totals"]["samples"] += 1
+    m["dataset"]["samples"] += 1
 
 
 def zstd_dataset(f, name, tid, shape, raw: bytes, shuffle=True):
@@ -175,7 +183,8 @@ def short_index(out, tmp):
         replace(f, "sample_index", np.array([0], dtype=np.int64), maxshape=(None,))
     resize_manifest(out)
     edit_manifest(out, lambda m: (m["shards"][0].update(samples=1),
-                                  m["totals"].update(samples=m["totals"]["samples"] - 1)))
+                                  m["totals"].update(samples=m["totals"]["samples"] - 1),
+                                  m["dataset"].update(samples=m["dataset"]["samples"] - 1)))
 
 
 def ids_outside_vocab(f, tmp):
@@ -221,8 +230,9 @@ class Row:
     mutate: Callable
     file: str                        # the file the message names, relative to the output
     needles: list[str]               # the key or dataset, and what was expected
-    tools: tuple = ("dataset", "cli")
+    tools: tuple = ("dataset", "cli", "verify")
     filters_pretend_available: bool = False
+    cpp_file: str | None = None      # the file the C++ checker names, where it finds the fault there
 
 
 ROWS = [
@@ -303,7 +313,7 @@ ROWS = [
         ["/sample_index holds 50", "dataset.samples is 5"]),
     # (a Dataset reads shards in any order; the export reads them all in order)
     Row("index-order-across-shards", edit_shard(S1, dup_index_next_shard), S1,
-        ["/sample_index starts at 0, out of order"], tools=("cli",)),
+        ["/sample_index starts at 0, out of order"], tools=("cli", "verify")),
     Row("external-link", edit_shard(S0, external_link), S0, ["/input_ids is an external link to", "other.h5"]),
     Row("external-storage", edit_shard(S0, external_storage), S0,
         ["/input_ids keeps its data outside the shard"]),
@@ -319,10 +329,10 @@ ROWS = [
     # compressed outputs without their plugin (hdf5plugin made unimportable in every row)
     Row("zstd-manifest", key("compression", "zstd:1"), M,
         ["'compression' = \"zstd:1\"", "the shards need the HDF5 Zstandard filter (32015)", "hdf5plugin is not importable",
-         "pip install hdf5plugin"]),
+         "pip install hdf5plugin"], cpp_file=S0),
     Row("lz4-manifest", key("compression", "lz4"), M,
         ["'compression' = \"lz4\"", "LZ4 filter (32004)", "pip install hdf5plugin",
-         "hdf5-filter-plugin", "HDF5_PLUGIN_PATH"]),
+         "hdf5-filter-plugin", "HDF5_PLUGIN_PATH"], cpp_file=S0),
     Row("zstd-dataset-in-shard", edit_shard(S0, zstd_index), S0,
         ["/sample_index needs the HDF5 Zstandard filter (32015)", "pip install hdf5plugin"]),
     Row("zstd-h5py-read-error", zstd_output, S0,
@@ -333,7 +343,40 @@ ROWS = [
         ["/hidden_states is filtered by [shuffle, zstd:1], manifest says compression none ([])"]),
     Row("compression-attr-vs-manifest", edit_shard(S0, lambda f, t: f.attrs.__setitem__(
         "compression", "zstd:3")), S0, ["attribute compression = \"zstd:3\", manifest says none"]),
+    # the model's identity and provenance (output_check.cpp check_shard, manifest.cpp)
+    Row("attr-identity-missing", edit_shard(S0, lambda f, t: f.attrs.__delitem__("config_sha256")), S0,
+        ["attribute config_sha256 is missing"]),
+    Row("attr-convention-missing", edit_shard(S0, lambda f, t: f.attrs.__delitem__("capture_convention")),
+        S0, ["attribute capture_convention is missing"]),
+    Row("attr-other-model", edit_shard(S1, lambda f, t: f.attrs.__setitem__(
+        "architecture", "MistralForCausalLM")), S1,
+        ["attribute architecture = \"MistralForCausalLM\", manifest says \"LlamaForCausalLM\""]),
+    Row("backend-unknown", key("run.backend", "rocm"), M, ["'run.backend' = \"rocm\"", "cpu or cuda"]),
+    # a complete run accounts for every sample of the dataset: held once or listed as skipped
+    Row("sample-unaccounted", key("dataset.samples", 6), M,
+        ["shards hold 5 samples and it lists 0 skipped, not the dataset's 6"]),
+    Row("complete-without-dataset-samples", key("dataset.samples"), M, ["names no 'dataset.samples'"]),
+    Row("skipped-twice", manifest(lambda m: (m["dataset"].update(samples=7), m.update(
+        skipped_samples=[{"index": 5}, {"index": 5}]))), M, ["skipped_samples lists index 5 twice"]),
+    Row("skipped-outside", manifest(lambda m: (m["dataset"].update(samples=6), m.update(
+        skipped_samples=[{"index": 6}]))), M, ["skipped_samples lists index 6, outside"]),
+    Row("skipped-also-held", manifest(lambda m: (m["dataset"].update(samples=6), m.update(
+        skipped_samples=[{"index": 3}]))), S1, ["/sample_index holds 3", "lists in skipped_samples"]),
+    Row("skipped-without-index", manifest(lambda m: (m["dataset"].update(samples=6), m.update(
+        skipped_samples=[{"id": "x"}]))), M, ["missing key 'skipped_samples[0].index'"]),
 ]
+
+# Valid outputs every reader accepts: the base output, a shard name that is a link inside the
+# directory, a complete `--on-nonfinite skip` run (samples 1 and 4 of 7 skipped).
+def inner_symlink(out, tmp):
+    (out / "real-00000.h5").write_bytes((out / S0).read_bytes())
+    (out / S0).unlink()
+    os.symlink("real-00000.h5", out / S0)
+
+
+ACCEPTED = [("base", LENGTHS, (), lambda o, t: None),
+            ("inner-symlink", LENGTHS, (), inner_symlink),
+            ("skipped-samples", LENGTHS, (1, 4), lambda o, t: None)]
 
 
 @pytest.fixture
@@ -344,8 +387,15 @@ def no_hdf5plugin(monkeypatch):
             pytest.skip(f"HDF5 filter {fid} is already registered in this process")
 
 
-def make_output(tmp: Path) -> Path:
-    return write_output(tmp / "out", L, H, POINTS, LENGTHS, samples_per_shard=2, vocab_size=100)
+def make_output(tmp: Path, lengths=LENGTHS, skipped=()) -> Path:
+    return write_output(tmp / "out", L, H, POINTS, lengths, samples_per_shard=2, vocab_size=100,
+                        skipped=skipped)
+
+
+def cpp_verify(layertap_bin: Path, out: Path) -> subprocess.CompletedProcess:
+    """The C++ checker: every shard against the manifest and every value read, no recomputation."""
+    return subprocess.run([str(layertap_bin), "verify", str(out), "--samples", "0"],
+                          capture_output=True, text=True, timeout=120)
 
 
 def check_message(msg: str, out: Path, row: Row):
@@ -359,10 +409,19 @@ CASES = [(row, tool) for row in ROWS for tool in row.tools]
 
 
 @pytest.mark.parametrize("row, tool", CASES, ids=[f"{r.id}-{t}" for r, t in CASES])
-def test_hostile_output(row, tool, tmp_path, monkeypatch, capsys, no_hdf5plugin):
-    """`dataset`: HiddenStatesDataset built and every item read; `cli`: layertap-export's main."""
+def test_hostile_output(row, tool, tmp_path, monkeypatch, capsys, request):
+    """`dataset`: HiddenStatesDataset built and every item read; `cli`: layertap-export's main;
+    `verify`: the C++ checker, which has every filter built in (so no hdf5plugin games)."""
     out = make_output(tmp_path)
     row.mutate(out, tmp_path)
+    if tool == "verify":
+        r = cpp_verify(request.getfixturevalue("layertap_bin"), out)
+        text = r.stdout + r.stderr
+        assert r.returncode == 1, text
+        problems = [ln for ln in text.splitlines() if ln.startswith("PROBLEM ")]
+        assert problems and (row.cpp_file or row.file) in problems[0], text
+        return
+    request.getfixturevalue("no_hdf5plugin")
     if row.filters_pretend_available:     # past the pipeline check, to h5py's own read error
         monkeypatch.setattr(layertap.manifest, "filter_available", lambda fid: True)
     if tool == "dataset":
@@ -382,17 +441,20 @@ def test_hostile_output(row, tool, tmp_path, monkeypatch, capsys, no_hdf5plugin)
         check_message(lines[0], out, row)
 
 
-def test_untampered_and_inner_symlink_read(tmp_path, capsys):
-    """The table's base output reads and exports; a shard name that is a link inside the
-    directory is fine."""
-    out = make_output(tmp_path)
-    (out / "real-00000.h5").write_bytes((out / S0).read_bytes())
-    (out / S0).unlink()
-    os.symlink("real-00000.h5", out / S0)
+@pytest.mark.parametrize("name, lengths, skipped, mutate", ACCEPTED, ids=[a[0] for a in ACCEPTED])
+def test_valid_output_accepted_by_every_reader(name, lengths, skipped, mutate, layertap_bin,
+                                               tmp_path):
+    """Each reader takes the valid outputs whole: every sample, in dataset order less the
+    skipped ones; `layertap verify --samples 0` exits 0."""
+    out = make_output(tmp_path, lengths, skipped)
+    mutate(out, tmp_path)
+    held = [i for i in range(len(lengths) + len(skipped)) if i not in skipped]
     ds = HiddenStatesDataset(out)
-    assert [ds[n]["sample_index"] for n in range(len(ds))] == list(range(5))
+    assert [ds[n]["sample_index"] for n in range(len(ds))] == held
     assert main(["--to", "modelopt", str(out), str(tmp_path / "dest"), "--quiet"]) == 0
-    assert len(list((tmp_path / "dest" / "data").glob("*.pt"))) == 5
+    assert len(list((tmp_path / "dest" / "data").glob("*.pt"))) == len(held)
+    r = cpp_verify(layertap_bin, out)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_cli_subprocess_zstd_without_plugin(tmp_path):

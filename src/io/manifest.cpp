@@ -1,5 +1,7 @@
 #include "io/manifest.hpp"
 
+#include <map>
+
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
 #include "core/text.hpp"
@@ -140,11 +142,14 @@ Manifest read_manifest(const fs::path& dir) {
   }
 
   const json& shards = top.array("shards");
+  std::map<std::string, std::size_t> listed;  // file name -> its entry: each shard is counted once
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const JsonFields s(shards[i], cat(path.string(), " shards[", i, "]"));
     ShardInfo e;
     e.file = s.string("file");
     check_plain_name(e.file, s.where());
+    const auto [first, fresh] = listed.emplace(e.file, i);
+    LT_CHECK(fresh, s.where(), ": shard file '", excerpt(e.file), "' repeats shards[", first->second, "]");
     e.sha256 = s.string("sha256");
     e.samples = s.integer("samples", 0, kMax);
     e.tokens = s.integer("tokens", 0, kMax);

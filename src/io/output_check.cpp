@@ -44,6 +44,40 @@ void storage_problems(const ShardReader& r, const Manifest& m, Fail&& fail) {
     fail("/hidden_states encoding attribute '", excerpt(r.hidden_encoding()), "', manifest says float8_e4m3fn");
 }
 
+// The values the tools index with: /sample_index non-negative, increasing, inside the dataset and
+// none of the skipped samples; /input_ids inside the vocabulary. Both are 1-D and small beside
+// /hidden_states ([T] against [T, P, H]), so every check reads them whole.
+template <typename Fail>
+void index_problems(const ShardReader& r, const Manifest& m, Fail& fail) {
+  std::vector<int64_t> skipped;
+  for (const SkippedSample& k : m.skipped_samples) skipped.push_back(k.index);
+  std::sort(skipped.begin(), skipped.end());
+  const std::vector<int64_t> index = r.sample_index();
+  for (std::size_t i = 0; i < index.size(); ++i) {
+    if (index[i] < 0) {
+      fail("/sample_index holds ", index[i], ", a negative sample index");
+      break;
+    }
+    if (i > 0 && index[i] <= index[i - 1]) {
+      fail("/sample_index is not increasing at entry ", i, " (", index[i - 1], " -> ", index[i], ")");
+      break;
+    }
+    if (m.dataset_samples >= 0 && index[i] >= m.dataset_samples) {
+      fail("/sample_index holds ", index[i], ", outside the dataset's ", m.dataset_samples, " samples");
+      break;
+    }
+    if (std::binary_search(skipped.begin(), skipped.end(), index[i])) {
+      fail("/sample_index holds ", index[i], ", which manifest.json lists in skipped_samples");
+      break;
+    }
+  }
+  const std::vector<int32_t> ids = r.input_ids();
+  const auto bad = std::find_if(ids.begin(), ids.end(), [&](int32_t v) { return v < 0 || v >= m.vocab_size; });
+  if (bad != ids.end())
+    fail("/input_ids holds token id ", *bad, " at row ", bad - ids.begin(), ", outside the vocabulary [0, ",
+         m.vocab_size, ")");
+}
+
 }  // namespace
 
 std::vector<std::string> manifest_count_problems(const Manifest& m) {
@@ -90,6 +124,14 @@ ShardFindings check_shard(const fs::path& dir, const ShardInfo& s, const Manifes
   const auto fail = [&](auto&&... why) { f.problems.push_back(cat(s.file, ": ", why...)); };
   const fs::path path = dir / s.file;
   std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(path, ec))) {  // a link may point only inside the directory
+    const fs::path real = fs::weakly_canonical(path, ec);
+    const fs::path inside = real.lexically_relative(fs::weakly_canonical(dir, ec));
+    if (inside.empty() || inside == "." || *inside.begin() == "..") {
+      fail("is a symbolic link to ", real.string(), ", outside the output directory (listed in manifest.json)");
+      return f;
+    }
+  }
   const fs::file_status st = fs::status(path, ec);
   if (!fs::exists(st)) {
     fail("missing (listed in manifest.json)");
@@ -109,6 +151,7 @@ ShardFindings check_shard(const fs::path& dir, const ShardInfo& s, const Manifes
     f.dtype = r.hidden_dtype();
     const std::vector<std::string> structure = r.structure_problems();
     for (const std::string& p : structure) fail(p);
+    if (structure.empty()) index_problems(r, m, fail);
     const std::vector<int64_t> point_ids = m.point_ids();
     const auto P = int64_t(point_ids.size());
     const std::vector<int64_t> want{s.tokens, P, m.hidden_size};

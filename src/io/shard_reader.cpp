@@ -25,6 +25,42 @@ constexpr int64_t kMaxDim = int64_t(1) << 24;  // capture points and hidden size
 
 namespace {
 
+constexpr const char* kIndexDatasets[] = {"input_ids", "loss_mask", "sample_index", "sample_offsets"};
+
+// Every dataset's data lies in the shard itself: an external link, external storage or a virtual
+// dataset would make a reader (and the shard's checksum) vouch for the bytes of another file.
+// The index datasets are integers (a float /input_ids would be converted silently). A missing or
+// non-dataset name is left to the later checks, which name it.
+void check_self_contained(hid_t file, const std::string& path) {
+  const auto check_one = [&](const char* name, bool integer) {
+    if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return;
+    H5L_info_t link;
+    h5::check(H5Lget_info(file, name, &link, H5P_DEFAULT), "link /", name, " of '", path, "'");
+    LT_CHECK(link.type != H5L_TYPE_EXTERNAL, "'", path, "': /", name,
+             " is an external link to another file, expected a dataset stored in the shard");
+    if (const hid_t object = H5Oopen(file, name, H5P_DEFAULT); object >= 0) {
+      const bool dataset = H5Iget_type(object) == H5I_DATASET;
+      H5Oclose(object);
+      if (!dataset) return;
+    } else {
+      return;
+    }
+    const std::string what = cat("'", path, "':/", name);
+    h5::Id ds = h5::open_dataset(file, name, cat("'", path, "'"));
+    h5::Id dcpl(h5::check(H5Dget_create_plist(ds.get()), "creation properties of ", what), H5Pclose);
+    LT_CHECK(H5Pget_external_count(dcpl.get()) == 0 && H5Pget_layout(dcpl.get()) != H5D_VIRTUAL, what,
+             " keeps its data outside the shard (external storage or a virtual dataset), expected it stored in the "
+             "file");
+    if (!integer) return;
+    h5::Id type = h5::dataset_type(ds.get(), what);
+    LT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, what, " is stored as ", h5::describe_type(type.get()),
+             ", expected integers");
+  };
+  check_one("hidden_states", false);
+  if (H5Lexists(file, "hidden_scales", H5P_DEFAULT) > 0) check_one("hidden_scales", false);
+  for (const char* name : kIndexDatasets) check_one(name, true);
+}
+
 // The filters of a dataset's creation property list, in write order.
 std::vector<ChunkFilter> dataset_pipeline(hid_t dataset, const std::string& what) {
   h5::Id dcpl(h5::check(H5Dget_create_plist(dataset), "creation properties of ", what), H5Pclose);
@@ -230,6 +266,7 @@ ShardReader::ShardReader(const std::filesystem::path& file) : impl_(std::make_un
   m.file = h5::open_file_read(file);
   m.file_bytes = int64_t(std::filesystem::file_size(file));
   const hid_t f = m.file.get();
+  check_self_contained(f, m.path);
   m.format_version = h5::read_attr_int(f, "format_version");
   OutputMeta& meta = m.meta;
   meta.point_specs = h5::read_attr_strings(f, "capture_points");
