@@ -60,6 +60,8 @@ class BackendChoice {
   virtual std::unique_ptr<Backend> build(const Checkpoint& ckpt, MpiGroups& groups, const RankLoad& load) const = 0;
   // Whether this rank can run the backend now (cuda planned with --gpu-memory without a GPU: no).
   virtual bool runs_here() const { return true; }
+  // Whether it runs a sample longer than --max-batch-tokens in chunks (model/packed_batch.hpp).
+  virtual bool chunks_long_samples() const = 0;
   // Appended to the not-enough-host-memory message: what else would help.
   virtual std::string host_memory_hint() const { return ""; }
 

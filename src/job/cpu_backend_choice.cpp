@@ -16,6 +16,7 @@ class CpuBackendChoice final : public BackendChoice {
   using BackendChoice::BackendChoice;
 
   const char* name() const override { return "cpu"; }
+  bool chunks_long_samples() const override { return true; }
 
   // Float32 weights and a batch's activations (an estimate: the captured states and a few working
   // rows of the widest layer part, in float32).

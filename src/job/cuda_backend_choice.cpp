@@ -116,6 +116,7 @@ class CudaBackendChoice final : public BackendChoice {
   using BackendChoice::BackendChoice;
 
   const char* name() const override { return "cuda"; }
+  bool chunks_long_samples() const override { return false; }  // its attention keeps no earlier chunks yet
 
   // Nothing of the weights; the loader's ring, the pinned batch and capture buffers (the latter on
   // the writer only: plan_memory counts them for TP rank 0), the dataset share and the runtime.

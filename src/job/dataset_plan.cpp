@@ -1,5 +1,6 @@
 #include "job/dataset_plan.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "comm/mpi_groups.hpp"
@@ -20,22 +21,32 @@ void refuse_media_placeholder(const io::Sample& s, const ModelConfig& cfg) {
 
 }  // namespace
 
-// Consecutive samples, in input order, up to max_tokens per batch: [first, last) positions in
-// `lengths` from `begin` (every length is at most max_tokens: check_sample_lengths ran first).
-std::vector<std::pair<std::size_t, std::size_t>> plan_batches(const std::vector<int64_t>& lengths, std::size_t begin,
-                                                              int64_t max_tokens) {
-  std::vector<std::pair<std::size_t, std::size_t>> batches;
-  std::size_t first = begin;
-  int64_t tokens = 0;
+std::vector<Batch> plan_batches(const std::vector<int64_t>& lengths, std::size_t begin, int64_t max_tokens) {
+  std::vector<Batch> batches;
+  Batch open;
+  int64_t used = 0;  // tokens of `open`
+  const auto close = [&] {
+    if (!open.empty()) batches.push_back(std::move(open));
+    open.clear();
+    used = 0;
+  };
   for (std::size_t i = begin; i < lengths.size(); ++i) {
-    if (tokens + lengths[i] > max_tokens && i > first) {
-      batches.emplace_back(first, i);
-      first = i;
-      tokens = 0;
+    const int64_t n = lengths[i];
+    if (n <= max_tokens) {
+      if (used + n > max_tokens) close();
+      open.push_back({i, 0, n});
+      used += n;
+      continue;
     }
-    tokens += lengths[i];
+    for (int64_t t = 0; t < n;) {  // in chunks: what the open batch has left, then whole batches
+      if (used == max_tokens) close();
+      const int64_t take = std::min(n - t, max_tokens - used);
+      open.push_back({i, t, t + take});
+      used += take;
+      t += take;
+    }
   }
-  if (first < lengths.size()) batches.emplace_back(first, lengths.size());
+  close();
   return batches;
 }
 
@@ -46,11 +57,15 @@ std::vector<int64_t> lengths_of(const std::vector<io::Sample>& samples) {
 }
 
 // The same error on every rank, before any sample is parsed for the run.
-void check_sample_lengths(const io::DatasetIndex& index, const std::string& path, int64_t max_tokens) {
+void check_sample_lengths(const io::DatasetIndex& index, const std::string& path, const SampleLimits& limits) {
   for (std::size_t i = 0; i < index.samples.size(); ++i) {
     const io::SampleSpan& s = index.samples[i];
-    LT_CHECK(s.tokens <= max_tokens, "dataset '", path, "' line ", s.line, " (sample ", i, ") has ", s.tokens,
-             " tokens, more than --max-batch-tokens ", max_tokens, "; raise --max-batch-tokens");
+    LT_CHECK(limits.max_positions <= 0 || s.tokens <= limits.max_positions, "dataset '", path, "' line ", s.line,
+             " (sample ", i, ") has ", s.tokens, " tokens, more than the model's max_position_embeddings ",
+             limits.max_positions, " (config.json)");
+    LT_CHECK(limits.chunks || s.tokens <= limits.max_batch_tokens, "dataset '", path, "' line ", s.line, " (sample ",
+             i, ") has ", s.tokens, " tokens, more than --max-batch-tokens ", limits.max_batch_tokens,
+             "; raise --max-batch-tokens (this backend does not run a sample in chunks)");
   }
 }
 

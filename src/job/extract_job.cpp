@@ -29,6 +29,7 @@
 #include "io/progress.hpp"
 #include "io/shard_reader.hpp"
 #include "job/backend_choice.hpp"
+#include "job/chunk_joiner.hpp"
 #include "job/dataset_plan.hpp"
 #include "job/output_dir.hpp"
 #include "job/run_manifest.hpp"
@@ -38,6 +39,14 @@
 
 namespace layertap::job {
 namespace {
+
+// ", K samples longer than a batch run in chunks (the longest: N tokens)", or "" when none is.
+std::string chunked_note(const std::vector<int64_t>& lengths, int64_t max_batch_tokens) {
+  const auto longer = std::count_if(lengths.begin(), lengths.end(), [&](int64_t n) { return n > max_batch_tokens; });
+  if (longer == 0) return "";
+  return cat(", ", longer, " sample", longer > 1 ? "s" : "", " longer than a batch run in chunks (the longest: ",
+             *std::max_element(lengths.begin(), lengths.end()), " tokens)");
+}
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -120,7 +129,8 @@ int dry_run(const RunPlan& run) {
     most_tokens = std::max(most_tokens, tokens);
     if (g < 8 || g + 1 == run.group_ranges.size())
       report << "group " << g << (g < 10 ? "     " : "    ") << (last - first) << " samples, " << tokens << " tokens, "
-             << plan_batches(mine, 0, o.max_batch_tokens).size() << " batches\n";
+             << plan_batches(mine, 0, o.max_batch_tokens).size() << " batches" << chunked_note(mine, o.max_batch_tokens)
+             << "\n";
     else if (g == 8)
       report << "...\n";
   }
@@ -185,18 +195,13 @@ int dry_run(const RunPlan& run) {
     const auto [first, last] = run.group_ranges[std::size_t(world.dp_rank)];
     const std::vector<int64_t> mine(lengths.begin() + long(first), lengths.begin() + long(last));
     auto batches = plan_batches(mine, 0, o.max_batch_tokens);
-    batches.resize(std::min(batches.size(), std::size_t(o.calibrate_batches)));
-    const std::size_t upto = batches.empty() ? first : first + batches.back().second;
+    batches.resize(std::min(batches.size(), std::size_t(o.calibrate_batches)));  // may end inside a sample
+    const std::size_t upto = batches.empty() ? first : first + batches.back().back().sample + 1;
     const std::vector<io::Sample> samples = io::read_samples(o.data, index, first, upto, cfg.vocab_size);
     const auto t_run = Clock::now();
     int64_t tokens = 0;
-    for (const auto& [b0, b1] : batches) {
-      PackedBatch pb;
-      pb.offsets.push_back(0);
-      for (std::size_t i = b0; i < b1; ++i) {
-        pb.tokens.insert(pb.tokens.end(), samples[i].input_ids.begin(), samples[i].input_ids.end());
-        pb.offsets.push_back(pb.num_tokens());
-      }
+    for (const Batch& b : batches) {
+      const PackedBatch pb = pack_batch(b, mine, [&](std::size_t i) -> const auto& { return samples[i].input_ids; });
       backend->forward(pb, plan, store == DType::F8_E4M3 ? DType::BF16 : store);
       tokens += pb.num_tokens();
     }
@@ -274,7 +279,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   run.index = share_dataset_index(
       o.data, cfg, o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())), lead);
   const io::DatasetIndex& index = run.index;
-  check_sample_lengths(index, o.data, o.max_batch_tokens);
+  check_sample_lengths(index, o.data,
+                       {o.max_batch_tokens, backend_choice.chunks_long_samples(), cfg.max_position_embeddings});
   if (lead)
     log_info("dataset ", o.data, " indexed in ", seconds_since(t_start), " s: ", index.samples.size(), " samples, ",
              index.total_tokens(), " tokens");
@@ -342,7 +348,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
     }
   }
   done = groups.broadcast_in_tp_group(done);
-  const auto batches = plan_batches(lengths_of(mine), std::size_t(done), o.max_batch_tokens);
+  const std::vector<int64_t> my_lengths = lengths_of(mine);
+  const auto batches = plan_batches(my_lengths, std::size_t(done), o.max_batch_tokens);
   const int64_t steps = max_over_ranks(int64_t(batches.size()));  // every rank takes part in every stop check
 
   if (lead) {
@@ -350,7 +357,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
     log_info("world ", world.world_size, " ranks = ", world.dp, " data-parallel groups x tensor parallel ", world.tp);
     log_info("dataset ", o.data, ": ", index.samples.size(), " samples, ", total_tokens, " tokens; group 0 has ", mine.size(),
              " samples", done ? cat(" (", done, " kept from the interrupted run)") : "", " in ", batches.size(),
-             " batches of up to ", o.max_batch_tokens, " tokens");
+             " batches of up to ", o.max_batch_tokens, " tokens", chunked_note(my_lengths, o.max_batch_tokens));
     std::string points;
     for (std::size_t p = 0; p < plan.points.size(); ++p)
       points += cat(p ? ", " : "", plan.points[p].spec, " (", plan.meaning(p), ")");
@@ -367,8 +374,9 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   std::optional<io::OutputWriter> writer;
   if (world.is_writer()) writer.emplace(out, stem, meta, o.shard_size_mib << 20, kept);
   int64_t done_samples = 0, done_tokens = 0, my_tokens = 0;
-  for (const auto& [first, last] : batches)
-    for (std::size_t i = first; i < last; ++i) my_tokens += int64_t(mine[i].input_ids.size());
+  for (const Batch& b : batches)
+    for (const Segment& seg : b) my_tokens += seg.tokens();
+  ChunkJoiner joiner(cfg.hidden_size * int64_t(dtype_size(meta.batch_dtype())));
   auto last_progress = Clock::now();
   bool stopped = false;
   for (int64_t step = 0; step < steps; ++step) {
@@ -377,32 +385,36 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       break;
     }
     if (step >= int64_t(batches.size())) continue;  // this group is done; it still joins the stop checks
-    const auto [first, last] = batches[std::size_t(step)];
-    CapturedBatch cb;
-    PackedBatch pb;
-    pb.offsets.push_back(0);
-    for (std::size_t i = first; i < last; ++i) {
-      const io::Sample& s = mine[i];
-      pb.tokens.insert(pb.tokens.end(), s.input_ids.begin(), s.input_ids.end());
-      pb.offsets.push_back(pb.num_tokens());
-      cb.sample_index.push_back(s.index);
-      cb.loss_mask.insert(cb.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
-    }
+    const Batch& batch = batches[std::size_t(step)];
+    const PackedBatch pb = pack_batch(batch, my_lengths, [&](std::size_t i) -> const auto& { return mine[i].input_ids; });
     failpoint("forward");  // crash tests: die in the middle of the job
-    cb.states = backend->forward(pb, plan, meta.batch_dtype());  // float8 storage quantizes bf16 states
-    for (std::size_t i = first; i < last; ++i)  // fault injection: LAYERTAP_FAILPOINT=state:<index>:nan
-      if (failpoint_poisons("state", long(mine[i].index)))
-        poison_state(cb.states.back(), meta.batch_dtype(), cfg.hidden_size, pb.offsets[i - first]);
-    done_samples += pb.num_samples();
+    // float8 storage quantizes bf16 states; a chunked sample's rows wait for its last chunk
+    std::vector<std::vector<std::byte>> states =
+        joiner.join(batch, my_lengths, backend->forward(pb, plan, meta.batch_dtype()));
+    // The samples that end in this batch, whole (a long sample's earlier chunks ran before).
+    const std::vector<std::size_t> ending = samples_ending_in(batch, my_lengths);
+    CapturedBatch cb;
+    cb.offsets.push_back(0);
+    for (const std::size_t i : ending) {
+      const io::Sample& s = mine[i];
+      cb.sample_index.push_back(s.index);
+      cb.input_ids.insert(cb.input_ids.end(), s.input_ids.begin(), s.input_ids.end());
+      cb.loss_mask.insert(cb.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
+      cb.offsets.push_back(cb.num_tokens());
+    }
+    cb.states = std::move(states);
+    if (!cb.states.empty())
+      for (std::size_t k = 0; k < ending.size(); ++k)  // fault injection: LAYERTAP_FAILPOINT=state:<index>:nan
+        if (failpoint_poisons("state", long(mine[ending[k]].index)))
+          poison_state(cb.states.back(), meta.batch_dtype(), cfg.hidden_size, cb.offsets[k]);
+    done_samples += int64_t(ending.size());
     done_tokens += pb.num_tokens();
-    if (writer) {
-      cb.offsets = pb.offsets;
-      cb.input_ids = std::move(pb.tokens);
+    if (writer && !ending.empty()) {
       cb.hidden = cfg.hidden_size;
       cb.dtype = meta.batch_dtype();
       std::vector<int64_t> drop;
       for (const auto& bad : cb.nonfinite_samples()) {
-        const io::Sample& s = mine[first + std::size_t(bad.sample)];
+        const io::Sample& s = mine[ending[std::size_t(bad.sample)]];
         LT_CHECK(o.on_nonfinite == NonFinitePolicy::Skip, "sample '", s.id, "' (index ", s.index, ") has NaN/Inf states at capture point ",
                  plan.points[std::size_t(bad.point)].spec, "; pass --on-nonfinite skip to leave such samples out");
         log_warn("skipping sample '", s.id, "' (index ", s.index, "): NaN/Inf states at capture point ",

@@ -116,6 +116,22 @@ class Extract(unittest.TestCase):
                 worst = self.check_against_reference(model, out, [2, L // 2, L - 3, L + 1], tol=1e-5)
                 print(f"[e2e] {model} float32 worst relative error vs HF: {worst:.3g}")
 
+    def test_samples_longer_than_a_batch_run_in_chunks(self):
+        # golden.jsonl holds samples of 19, 1, 61, 7 and 33 tokens: batches of 16 tokens run three
+        # of them in chunks (chunked prefill), the CPU backend keeping each one's keys and values.
+        for model in ("mistral", "kimi_k2", "qwen3_moe"):
+            with self.subTest(model=model):
+                out = self.tmp / f"chunked-{model}"
+                cfg = json.loads((self.fix / "models" / model / "config.json").read_text())
+                L = cfg["num_hidden_layers"]
+                p = self.extract(model, self.golden, out, "--capture", "eagle3", "--store-dtype", "float32",
+                                 "--max-batch-tokens", "16", "--backend", "cpu", "--log-level", "info")
+                self.assertIn("in chunks", p.stderr)
+                worst = self.check_against_reference(model, out, [2, L // 2, L - 3, L + 1], tol=1e-5)
+                print(f"[e2e] {model} in chunks of 16 tokens: worst relative error vs HF {worst:.3g}")
+                # verify recomputes every sample whole and compares
+                self.run_layertap("verify", out, "--samples", "-1")
+
     def test_shards_rotate_and_concatenate_in_input_order(self):
         out = self.tmp / "out"
         data = self.fix / "data" / "demo.jsonl"

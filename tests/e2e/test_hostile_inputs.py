@@ -224,7 +224,7 @@ class Hostile(unittest.TestCase):
             ("empty", '{"input_ids": []}\n', ["line 1", "is empty"]),
             ("malformed", '{"input_ids": [1, 2\n', ["line 1", "malformed JSON"]),
             ("too long", json.dumps({"id": "long", "input_ids": [1] * 9000}) + "\n",
-             ["line 1 (sample 0) has 9000 tokens", "--max-batch-tokens 8192"]),
+             ["line 1 (sample 0) has 9000 tokens", "more than the model's max_position_embeddings 512"]),
         ]
         for name, text, expected in rows:
             with self.subTest(name):

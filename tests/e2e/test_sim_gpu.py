@@ -126,6 +126,16 @@ class SimulatedGpu(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("(16777216 tokens per batch, the most --max-batch-tokens allows, would fit)", r.stdout)
 
+    def test_samples_longer_than_a_batch_are_refused_by_cuda(self):
+        # The CUDA backend does not run samples in chunks yet: refused naming the line, before any
+        # weight is read and without an output (golden.jsonl's line 3 holds 61 tokens).
+        out = self.tmp / "cuda-long"
+        r = extract(out, "llama_tp", 1, "--backend", "cuda", "--max-batch-tokens", "32")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("line 3 (sample 2) has 61 tokens, more than --max-batch-tokens 32", r.stdout + r.stderr)
+        self.assertIn("does not run a sample in chunks", r.stdout + r.stderr)
+        self.assertFalse((out / "manifest.json").exists())
+
     def test_one_gpu_per_task_runs(self):
         out = self.tmp / "per-task"
         r = self.mpmd(out, ["1", "2"])

@@ -327,7 +327,8 @@ HostRouting reference_routing(const ModelConfig& c, const ModelWeights& w, const
     const LayerWeights& l = w.layers[std::size_t(i)];
     cpu::rms_norm(x.data(), l.input_norm.data(), h.data(), T, H, eps);
     if (const auto* mla = std::get_if<MlaWeights>(&l.attn)) {
-      cpu::mla_attention(*c.mla, *mla, rope, h.data(), T, b.offsets, delta.data());
+      std::vector<float> none;  // whole samples: nothing kept between batches
+      cpu::mla_attention(*c.mla, *mla, rope, h.data(), b, none, delta.data());
     } else {
       const AttentionWeights& a = std::get<AttentionWeights>(l.attn);
       const int64_t hd = c.head_dim;

@@ -1,7 +1,10 @@
 // Tensor parallelism against the Hugging Face reference, under mpirun on the CPU backend:
 //   mpirun -np N test_tp_golden --tp T --moe-split experts|intermediate FIXTURES_DIR
 // Every data-parallel group runs every golden model whose layout T allows (all golden samples
-// packed in one batch) and TP rank 0 compares every capture point of every sample. Layouts that T
+// packed in one batch) and TP rank 0 compares every capture point of every sample. Then the same
+// samples run in chunks (chunked prefill, planned and joined as the job does) at several batch
+// budgets: boundaries inside samples, at a sample's last token, and one-token chunks; each run is
+// held to the same bound against the reference. Layouts that T
 // cannot split must be refused by every rank before any weight is read, and only those. With
 // --moe-split intermediate only the MoE models run (the dense ones do not depend on it). Each rank
 // counts its errors; the counts are summed over the world and the exit code reflects the global
@@ -16,6 +19,8 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "job/chunk_joiner.hpp"
+#include "job/dataset_plan.hpp"
 #include "comm/mpi_groups.hpp"
 #include "core/error.hpp"
 #include "model/safetensors.hpp"
@@ -28,6 +33,11 @@ using namespace layertap;
 namespace {
 
 constexpr double kMaxRelError = 1e-5;
+
+// Batch budgets for the chunked runs over the golden samples (19, 1, 61, 7 and 33 tokens): 16 cuts
+// samples and packs chunks with whole samples, 18 and 60 leave one token for a last chunk, 1 runs
+// every token alone.
+constexpr int64_t kChunkBudgets[] = {16, 18, 60, 1};
 
 const char* const kDenseModels[] = {"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"};
 const char* const kMoeModels[] = {"deepseek_v3",     "kimi_k2",        "deepseek_v3_noqlora",
@@ -73,21 +83,40 @@ int check_model(const fs::path& dir, const WorldLayout& world, MoeSplit split, M
   std::string request;
   for (int64_t k = 0; k <= L; ++k) request += cat(k, ",");
   const CapturePlan plan = resolve_capture(request + "final", L);
-  const auto states = backend.forward(batch, plan, DType::F32);
-  if (!world.is_writer()) return states.empty() ? 0 : 1;  // only TP rank 0 captures
-  int errors = 0;
-  for (std::size_t s = 0; s < ref.tokens.size(); ++s) {
-    const int64_t T = int64_t(ref.tokens[s].size());
-    for (std::size_t p = 0; p < plan.points.size(); ++p) {
-      const float* got = reinterpret_cast<const float*>(states[p].data()) + batch.offsets[s] * H;
-      const double err = test::relative_error(got, ref.state(s, plan.points[p].id, H), std::size_t(T * H));
-      worst = std::max(worst, err);
-      if (!(err <= kMaxRelError)) {
-        ++errors;
-        std::printf("[tp-golden] rank %d: %s sample %zu point %s: relative error %.3g\n", world.world_rank,
-                    dir.filename().c_str(), s, plan.points[p].spec.c_str(), err);
+  // Compares states [P][T, H] of every sample, packed in order, with the reference.
+  const auto compare = [&](const std::vector<std::vector<std::byte>>& states, const std::string& how) {
+    if (!world.is_writer()) return states.empty() ? 0 : 1;  // only TP rank 0 captures
+    int errors = 0;
+    int64_t row = 0;
+    for (std::size_t s = 0; s < ref.tokens.size(); ++s) {
+      const int64_t T = int64_t(ref.tokens[s].size());
+      for (std::size_t p = 0; p < plan.points.size(); ++p) {
+        const float* got = reinterpret_cast<const float*>(states[p].data()) + row * H;
+        const double err = test::relative_error(got, ref.state(s, plan.points[p].id, H), std::size_t(T * H));
+        worst = std::max(worst, err);
+        if (!(err <= kMaxRelError)) {
+          ++errors;
+          std::printf("[tp-golden] rank %d: %s %s sample %zu point %s: relative error %.3g\n", world.world_rank,
+                      dir.filename().c_str(), how.c_str(), s, plan.points[p].spec.c_str(), err);
+        }
       }
+      row += T;
     }
+    return errors;
+  };
+  int errors = compare(backend.forward(batch, plan, DType::F32), "whole");
+
+  std::vector<int64_t> lengths;
+  for (const auto& tokens : ref.tokens) lengths.push_back(int64_t(tokens.size()));
+  for (const int64_t budget : kChunkBudgets) {
+    job::ChunkJoiner joiner(H * int64_t(sizeof(float)));
+    std::vector<std::vector<std::byte>> joined(world.is_writer() ? plan.points.size() : 0);
+    for (const job::Batch& b : job::plan_batches(lengths, 0, budget)) {
+      const PackedBatch pb = job::pack_batch(b, lengths, [&](std::size_t i) -> const auto& { return ref.tokens[i]; });
+      const auto whole = joiner.join(b, lengths, backend.forward(pb, plan, DType::F32));
+      for (std::size_t p = 0; p < whole.size(); ++p) joined[p].insert(joined[p].end(), whole[p].begin(), whole[p].end());
+    }
+    errors += compare(joined, cat("in chunks of up to ", budget, " tokens"));
   }
   return errors;
 }

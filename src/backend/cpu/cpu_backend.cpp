@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/mla.hpp"
@@ -16,26 +17,32 @@ cpu::Rope::Layout rope_layout(const ModelConfig& c) {
 }  // namespace
 
 CpuBackend::CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm)
-    : c_(std::move(config)), w_(std::move(weights)), comm_(comm), rope_(c_.rope, c_.head_dim, rope_layout(c_)) {
+    : c_(std::move(config)),
+      w_(std::move(weights)),
+      comm_(comm),
+      rope_(c_.rope, c_.head_dim, rope_layout(c_)),
+      kept_(std::size_t(c_.num_layers)) {
   LT_CHECK(int64_t(w_.layers.size()) == c_.num_layers, "weights hold ", w_.layers.size(),
            " layers, the config ", c_.num_layers);
 }
 
 // Self-attention of one layer on this rank's heads, then the all-reduce of the row-parallel o_proj.
 // h: [T, H] normed input -> out: [T, H]
-void CpuBackend::attention(const LayerWeights& l, const float* h, int64_t T, const std::vector<int64_t>& offsets,
-                           int64_t window, float* out) {
+void CpuBackend::attention(int64_t layer, const float* h, const PackedBatch& batch, float* out) {
+  const LayerWeights& l = w_.layers[std::size_t(layer)];
+  KeptRows& kept = kept_[std::size_t(layer)];
   if (const auto* mla = std::get_if<MlaWeights>(&l.attn))
-    cpu::mla_attention(*c_.mla, *mla, rope_, h, T, offsets, out);
+    cpu::mla_attention(*c_.mla, *mla, rope_, h, batch, kept.k, out);
   else
-    gqa(std::get<AttentionWeights>(l.attn), h, T, offsets, window, out);
-  comm_.all_reduce_sum(out, std::size_t(T * c_.hidden_size));
+    gqa(std::get<AttentionWeights>(l.attn), h, batch, c_.sliding_window[std::size_t(layer)], kept, out);
+  comm_.all_reduce_sum(out, std::size_t(batch.num_tokens() * c_.hidden_size));
 }
 
 // Grouped-query attention: h [T, H] -> out [T, H], this rank's heads' share of o_proj.
-void CpuBackend::gqa(const AttentionWeights& a, const float* h, int64_t T, const std::vector<int64_t>& offsets,
-                     int64_t window, float* out) {
-  const int64_t hd = c_.head_dim;
+void CpuBackend::gqa(const AttentionWeights& a, const float* h, const PackedBatch& batch, int64_t window,
+                     KeptRows& kept, float* out) {
+  const int64_t hd = c_.head_dim, T = batch.num_tokens();
+  const std::vector<int64_t>& offsets = batch.offsets;
   std::vector<float> q(std::size_t(T * a.q.out)), k(std::size_t(T * a.k.out)), v(std::size_t(T * a.v.out));
   cpu::linear(h, T, a.q, q.data());  // [T, heads*hd]
   cpu::linear(h, T, a.k, k.data());  // [T, kv_heads*hd]
@@ -45,10 +52,16 @@ void CpuBackend::gqa(const AttentionWeights& a, const float* h, int64_t T, const
     cpu::rms_norm(q.data(), a.q_norm.data(), q.data(), T * a.heads, hd, eps);
     cpu::rms_norm(k.data(), a.k_norm.data(), k.data(), T * a.kv_heads, hd, eps);
   }
-  rope_.apply(q.data(), a.heads, offsets);
-  rope_.apply(k.data(), a.kv_heads, offsets);
+  rope_.apply(q.data(), a.heads, offsets, batch.first_position);
+  rope_.apply(k.data(), a.kv_heads, offsets, batch.first_position);
+  // K and V of the sample in flight's earlier chunks in front of the batch's own.
+  const cpu::KeyRows keys = cpu::with_kept_rows(kept.k, k.data(), batch, a.k.out);
+  const cpu::KeyRows values = cpu::with_kept_rows(kept.v, v.data(), batch, a.v.out);
   std::vector<float> ctx(std::size_t(T * a.q.out));  // [T, heads*hd]
-  cpu::causal_attention(q.data(), k.data(), v.data(), ctx.data(), offsets, a.heads, a.kv_heads, hd, window);
+  cpu::causal_attention(q.data(), offsets, keys.rows, values.rows, keys.offsets, ctx.data(),
+                        {a.heads, a.kv_heads, hd, hd, 1.0f / std::sqrt(float(hd)), window});
+  kept.k = cpu::rows_to_keep(keys, batch, a.k.out);
+  kept.v = cpu::rows_to_keep(values, batch, a.v.out);
   cpu::linear(ctx.data(), T, a.o, out);  // [T, H] partial sum over this rank's heads
 }
 
@@ -83,6 +96,8 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
   LT_CHECK(plan.num_layers == L, "capture plan resolved for ", plan.num_layers, " layers, model has ", L);
   LT_CHECK(batch.num_samples() > 0 && batch.offsets.front() == 0 && batch.offsets.back() == T,
            "packed batch offsets do not span its ", T, " tokens");
+  LT_CHECK(batch.first_position == kept_positions_, "chunked prefill: the batch continues a sample at position ",
+           batch.first_position, " but ", kept_positions_, " positions of the sample in flight are kept");
   const bool capturing = comm_.rank() == 0;
   std::vector<std::vector<std::byte>> states(capturing ? plan.points.size() : 0);
   auto capture = [&](int64_t id, const std::vector<float>& x) {
@@ -104,7 +119,7 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
     capture(i, x);
     const LayerWeights& l = w_.layers[std::size_t(i)];
     cpu::rms_norm(x.data(), l.input_norm.data(), h.data(), T, H, eps);
-    attention(l, h.data(), T, batch.offsets, c_.sliding_window[std::size_t(i)], delta.data());
+    attention(i, h.data(), batch, delta.data());
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
     cpu::rms_norm(x.data(), l.post_attn_norm.data(), h.data(), T, H, eps);
     ffn(l, h.data(), T, delta.data());
@@ -113,6 +128,8 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
   capture(L, x);
   cpu::rms_norm(x.data(), w_.final_norm.data(), h.data(), T, H, eps);
   capture(L + 1, h);
+  const int64_t last = batch.offsets[batch.offsets.size() - 2];  // the last segment's first row
+  kept_positions_ = batch.last_continues ? T - last + (batch.num_samples() == 1 ? batch.first_position : 0) : 0;
   return states;
 }
 

@@ -20,17 +20,24 @@ class CpuBackend final : public Backend {
                                               DType dtype) override;
 
  private:
+  // One layer's kept rows of the sample in flight (model/packed_batch.hpp), [positions, width]:
+  // GQA: K and V of this rank's kv heads (after RoPE); MLA: k = [normed latent | rope key], v empty.
+  struct KeptRows {
+    std::vector<float> k, v;
+  };
+
   // The parts of one decoder layer; each ends in the one all-reduce of its row-parallel output.
-  void attention(const LayerWeights& l, const float* h, int64_t T, const std::vector<int64_t>& offsets,
-                 int64_t window, float* out);
-  void gqa(const AttentionWeights& a, const float* h, int64_t T, const std::vector<int64_t>& offsets,
-           int64_t window, float* out);
+  void attention(int64_t layer, const float* h, const PackedBatch& batch, float* out);
+  void gqa(const AttentionWeights& a, const float* h, const PackedBatch& batch, int64_t window, KeptRows& kept,
+           float* out);
   void ffn(const LayerWeights& l, const float* h, int64_t T, float* out);
 
   ModelConfig c_;
   ModelWeights w_;
   TpComm& comm_;
   cpu::Rope rope_;
+  std::vector<KeptRows> kept_;  // [L]
+  int64_t kept_positions_ = 0;  // positions of the sample in flight kept (0: none)
 };
 
 }  // namespace layertap

@@ -106,13 +106,13 @@ Rope::Rope(const RopeConfig& cfg, int64_t dim, Layout layout)
   }
 }
 
-void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets) const {
+void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets, int64_t first_position) const {
   const int64_t half = dim_ / 2;
   std::vector<float> cos_t(static_cast<std::size_t>(half)), sin_t(static_cast<std::size_t>(half));
   std::vector<float> pairs(static_cast<std::size_t>(dim_));
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
     for (int64_t t = offsets[s]; t < offsets[s + 1]; ++t) {
-      const float pos = float(t - offsets[s]);
+      const float pos = float(t - offsets[s] + (s == 0 ? first_position : 0));
       for (int64_t i = 0; i < half; ++i) {
         const float angle = pos * inv_freq_[std::size_t(i)];
         cos_t[std::size_t(i)] = std::cos(angle) * attention_factor_;
@@ -138,11 +138,13 @@ void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets) c
   }
 }
 
-void causal_attention(const float* q, const float* k, const float* v, float* out,
-                      const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads, int64_t qk_dim,
-                      int64_t v_dim, float scale, int64_t window) {
+void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, const float* k, const float* v,
+                      const std::vector<int64_t>& kv_offsets, float* out, const AttentionShape& a) {
+  const auto [heads, kv_heads, qk_dim, v_dim, scale, window] = a;
   LT_CHECK(kv_heads > 0 && heads % kv_heads == 0, "attention: ", heads, " query heads for ", kv_heads,
            " key/value heads");
+  LT_CHECK(q_offsets.size() == kv_offsets.size(), "attention: ", q_offsets.size() - 1, " query segments for ",
+           kv_offsets.size() - 1, " key segments");
   const int64_t group = heads / kv_heads;
   // row strides of q, k, v and out
   const int qs = int(heads * qk_dim), ks = int(kv_heads * qk_dim), vs = int(kv_heads * v_dim), os = int(heads * v_dim);
@@ -150,23 +152,26 @@ void causal_attention(const float* q, const float* k, const float* v, float* out
   // [kQueryBlock, n] however long the sample (a [n, n] score matrix of a 120k-token sample is 57 GB).
   constexpr int64_t kQueryBlock = 256;
   std::vector<float> scores;  // [rows, keys] of one query block
-  for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
-    const int64_t t0 = offsets[s], n = offsets[s + 1] - t0;
+  for (std::size_t s = 0; s + 1 < q_offsets.size(); ++s) {
+    const int64_t t0 = q_offsets[s], n = q_offsets[s + 1] - t0;
+    const int64_t kv0 = kv_offsets[s], earlier = kv_offsets[s + 1] - kv0 - n;  // keys before the first query
+    LT_CHECK(earlier >= 0, "attention: segment ", s, " has ", n, " queries but ", n + earlier, " keys");
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = h / group;
       const float* qh = q + t0 * qs + h * qk_dim;
-      const float* kh = k + t0 * ks + g * qk_dim;
-      const float* vh = v + t0 * vs + g * v_dim;
+      const float* kh = k + kv0 * ks + g * qk_dim;
+      const float* vh = v + kv0 * vs + g * v_dim;
       for (int64_t r0 = 0; r0 < n; r0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, n - r0);
-        const int64_t k0 = window > 0 ? std::max<int64_t>(0, r0 - window + 1) : 0;  // first key any row sees
-        const int64_t keys = r0 + rows - k0;
+        const int64_t p0 = earlier + r0;  // the block's first query position in the sample
+        const int64_t k0 = window > 0 ? std::max<int64_t>(0, p0 - window + 1) : 0;  // first key any row sees
+        const int64_t keys = p0 + rows - k0;
         scores.resize(std::size_t(rows * keys));
         // scores [rows, keys] = q_h [rows, qk] @ k_g[k0 : k0+keys]^T, scaled
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(qk_dim), scale,
                     qh + r0 * qs, qs, kh + k0 * ks, ks, 0.0f, scores.data(), int(keys));
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t qi = r0 + i;  // position in the sample
+          const int64_t qi = p0 + i;  // position in the sample
           const int64_t first = (window > 0 ? std::max<int64_t>(0, qi - window + 1) : 0) - k0;
           const int64_t last = qi - k0;
           float* row = scores.data() + i * keys;
@@ -189,9 +194,39 @@ void causal_attention(const float* q, const float* k, const float* v, float* out
 }
 
 void causal_attention(const float* q, const float* k, const float* v, float* out,
+                      const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads, int64_t qk_dim,
+                      int64_t v_dim, float scale, int64_t window) {
+  causal_attention(q, offsets, k, v, offsets, out, {heads, kv_heads, qk_dim, v_dim, scale, window});
+}
+
+void causal_attention(const float* q, const float* k, const float* v, float* out,
                       const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads, int64_t hd,
                       int64_t window) {
   causal_attention(q, k, v, out, offsets, heads, kv_heads, hd, hd, 1.0f / std::sqrt(float(hd)), window);
+}
+
+KeyRows with_kept_rows(const std::vector<float>& kept, const float* rows, const PackedBatch& batch, int64_t width) {
+  const int64_t earlier = batch.first_position, T = batch.num_tokens();
+  LT_CHECK(int64_t(kept.size()) == earlier * width, "chunked prefill: ", kept.size() / std::size_t(std::max<int64_t>(width, 1)),
+           " kept rows for a batch that continues its sample at position ", earlier);
+  KeyRows r;
+  r.offsets = batch.offsets;
+  if (earlier == 0) {
+    r.rows = rows;
+    return r;
+  }
+  r.joined.resize(std::size_t((earlier + T) * width));
+  std::copy(kept.begin(), kept.end(), r.joined.begin());
+  std::copy(rows, rows + T * width, r.joined.begin() + earlier * width);
+  r.rows = r.joined.data();
+  for (std::size_t s = 1; s < r.offsets.size(); ++s) r.offsets[s] += earlier;
+  return r;
+}
+
+std::vector<float> rows_to_keep(const KeyRows& r, const PackedBatch& batch, int64_t width) {
+  if (!batch.last_continues) return {};
+  const int64_t a = r.offsets[r.offsets.size() - 2], b = r.offsets.back();
+  return std::vector<float>(r.rows + a * width, r.rows + b * width);
 }
 
 }  // namespace layertap::cpu

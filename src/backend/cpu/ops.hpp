@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/hf_config.hpp"
+#include "model/packed_batch.hpp"
 #include "model/weights.hpp"
 
 namespace layertap::cpu {
@@ -33,8 +34,9 @@ class Rope {
  public:
   enum class Layout { HalfSplit, Interleaved };
   Rope(const RopeConfig& cfg, int64_t dim, Layout layout = Layout::HalfSplit);
-  // x: [T, heads * dim]; position of token t is t - offsets[s] for the sample s that holds it.
-  void apply(float* x, int64_t heads, const std::vector<int64_t>& offsets) const;
+  // x: [T, heads * dim]; position of token t is t - offsets[s] for the sample s that holds it,
+  // plus `first_position` in the first sample (a later chunk of a sample: model/packed_batch.hpp).
+  void apply(float* x, int64_t heads, const std::vector<int64_t>& offsets, int64_t first_position = 0) const;
   const std::vector<float>& inv_freq() const { return inv_freq_; }  // [dim/2]
   float attention_factor() const { return attention_factor_; }
 
@@ -46,9 +48,34 @@ class Rope {
 };
 
 // Causal attention over a packed batch, never across samples, with scores scaled by `scale`.
-// q: [T, heads*qk_dim], k: [T, kv_heads*qk_dim], v: [T, kv_heads*v_dim] -> out: [T, heads*v_dim].
+// Segment s has the query rows [q_offsets[s], q_offsets[s+1]) and the key/value rows
+// [kv_offsets[s], kv_offsets[s+1]), at least as many; its queries are the last positions of its
+// keys (a later chunk of a sample: its keys are the earlier chunks' and its own).
+// q: [Tq, heads*qk_dim], k: [Tk, kv_heads*qk_dim], v: [Tk, kv_heads*v_dim] -> out: [Tq, heads*v_dim].
 // window > 0 keeps only the last `window` keys (the query's own position included), as HF's
 // sliding-window mask.
+struct AttentionShape {
+  int64_t heads, kv_heads, qk_dim, v_dim;
+  float scale;
+  int64_t window;
+};
+void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, const float* k, const float* v,
+                      const std::vector<int64_t>& kv_offsets, float* out, const AttentionShape& shape);
+// One layer's key/value rows [rows, width] for one batch (model/packed_batch.hpp): the batch's
+// own T rows, with the kept rows of the sample in flight in front when the first segment continues
+// it. `offsets` [S+1] index the segments' keys in `rows`, for causal_attention's kv_offsets.
+struct KeyRows {
+  std::vector<float> joined;     // [first_position + T, width] when the batch continues a sample
+  const float* rows = nullptr;   // joined.data() or the batch's own rows
+  std::vector<int64_t> offsets;  // [S+1]
+};
+// `kept` [batch.first_position, width]: the rows kept from the sample's earlier chunks.
+KeyRows with_kept_rows(const std::vector<float>& kept, const float* rows, const PackedBatch& batch, int64_t width);
+// What the next batch needs: the last segment's rows (its earlier chunks' included) when it
+// continues, else nothing.
+std::vector<float> rows_to_keep(const KeyRows& r, const PackedBatch& batch, int64_t width);
+
+// Each sample whole: queries and keys share `offsets`.
 void causal_attention(const float* q, const float* k, const float* v, float* out,
                       const std::vector<int64_t>& offsets, int64_t heads, int64_t kv_heads, int64_t qk_dim,
                       int64_t v_dim, float scale, int64_t window);

@@ -347,6 +347,8 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
            "packed batch offsets do not span its ", T, " tokens");
   for (std::size_t s = 0; s + 1 < batch.offsets.size(); ++s)
     LT_CHECK(batch.offsets[s] <= batch.offsets[s + 1], "packed batch offsets decrease at sample ", s);
+  LT_CHECK(batch.first_position == 0 && !batch.last_continues,
+           "the CUDA backend does not run a sample in chunks (chunked prefill); each batch must hold whole samples");
   LT_CHECK(T > 0 && T <= options_.max_batch_tokens, "batch of ", T, " tokens; the CUDA backend was built for 1..",
            options_.max_batch_tokens, " (max_batch_tokens)");
   const bool capturing = comm_.rank() == 0;  // the writing rank; the others hold no capture buffers
