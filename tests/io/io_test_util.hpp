@@ -1,14 +1,18 @@
-// Helpers shared by the I/O tests: scratch directories, deterministic batches and a check that
-// a shard holds exactly a given sequence of batches.
+// Helpers shared by the I/O tests: scratch directories, the message a call throws, deterministic
+// batches and activation-like bytes, and a check that a shard holds exactly a given sequence of
+// batches.
 #pragma once
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,6 +51,18 @@ class TempDir {
  private:
   fs::path path_;
 };
+
+// The message of the `E` that `f` throws; "" when it returns. Any other exception propagates (and
+// fails the test).
+template <class E = std::exception>
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
 
 inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser
   x += 0x9e3779b97f4a7c15ull;
@@ -89,6 +105,17 @@ inline OutputMeta test_meta(int64_t points, int64_t hidden, DType dtype) {
   m.config_sha256 = std::string(64, 'c');
   m.weights_fingerprint = std::string(64, 'w');
   return m;
+}
+
+// Smooth bf16 values of a few exponents, as real activations are (they compress, unlike the
+// random bit patterns above).
+inline std::vector<std::byte> activation_like_bytes(std::size_t n) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i + 1 < n; i += 2) {
+    const uint16_t b = float_to_bf16(std::sin(float(i) * 0.01f) * float(1 + mix(i) % 7));
+    std::memcpy(v.data() + i, &b, 2);
+  }
+  return v;
 }
 
 inline int32_t pattern_token(int64_t sample, int64_t t) { return int32_t((sample * 7 + t) % 1000); }

@@ -1,5 +1,5 @@
-// src/job/ in process (no MPI): the batch packing every rank plans alike, the sample-length check
-// that must name the line, and the output projection the free-space check compares with.
+// The dataset plan (job/dataset_plan), in process: the batch packing every rank plans alike and the
+// sample-length check that must name the line.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -7,11 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "io/dataset.hpp"
 #include "job/dataset_plan.hpp"
-#include "job/output_dir.hpp"
 
 namespace layertap::job {
 namespace {
@@ -112,23 +110,6 @@ TEST(CheckSampleLengths, NamesTheLineOfTheFirstSampleOverTheBudget) {
             std::string::npos)
       << m;
   EXPECT_NO_THROW(check_sample_lengths(index, "d.jsonl", {8, true, 12}));
-}
-
-TEST(ProjectedOutputBytes, CountsEveryStoredValueAndGrowsWithShards) {
-  const int64_t tokens = 10000, samples = 50, points = 4, hidden = 64;
-  const int64_t states = tokens * points * hidden * 2;  // bf16
-  const OutputShape bf16{tokens, samples, points, hidden, DType::BF16};
-  const int64_t one = projected_output_bytes(bf16, 1, int64_t(1) << 40);
-  EXPECT_GE(one, states);
-  EXPECT_LT(one, states + states / 2);  // token ids, masks and offsets are small beside the states
-  // float8: one byte per value plus a float32 scale per token and point.
-  const OutputShape fp8_shape{tokens, samples, points, hidden, DType::F8_E4M3};
-  EXPECT_EQ(fp8_shape.point_bytes_per_token(), hidden + 4);
-  const int64_t fp8 = projected_output_bytes(fp8_shape, 1, int64_t(1) << 40);
-  EXPECT_GE(fp8, tokens * points * (hidden + 4));
-  EXPECT_LT(fp8, one);
-  // More writers and smaller shards add per-shard metadata, never remove bytes.
-  EXPECT_GE(projected_output_bytes(bf16, 4, 1 << 20), one);
 }
 
 }  // namespace layertap::job
