@@ -70,7 +70,7 @@ Bytes zstd_frame(const Bytes& payload, bool with_size) {
 // 128 KiB window and no size.
 Bytes zstd_rle_bomb(uint64_t total, bool declare) {
   Bytes out;
-  for (uint8_t b : {0x28, 0xB5, 0x2F, 0xFD}) out.push_back(std::byte(b));  // magic, little-endian
+  for (int b : {0x28, 0xB5, 0x2F, 0xFD}) out.push_back(std::byte(b));  // magic, little-endian
   if (declare) {
     out.push_back(std::byte(0xE0));  // 8-byte content size, single segment
     for (int i = 0; i < 8; ++i) out.push_back(std::byte(total >> (8 * i)));
@@ -293,7 +293,7 @@ TEST(ChunkDecoding, ShardReaderNamesTheShardDatasetAndChunk) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string err = error_of([&] { r.hidden_states(rpc - 1, rpc + 1); });
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
-    for (const std::string part : {std::string("/hidden_states chunk 1 (rows ") + std::to_string(rpc), file.string(),
+    for (const std::string& part : {std::string("/hidden_states chunk 1 (rows ") + std::to_string(rpc), file.string(),
                                    std::string(row.expected_error)})
       EXPECT_NE(err.find(part), std::string::npos) << "missing '" << part << "' in '" << err << "'";
     EXPECT_EQ(error_of([&] { r.hidden_states(rpc, rpc + 1); }), err);  // remembered, not decoded again

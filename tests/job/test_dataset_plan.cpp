@@ -32,9 +32,15 @@ void expect_valid_batches(const std::vector<int64_t>& lengths, std::size_t begin
       ASSERT_EQ(s.begin, at);
       ASSERT_LT(s.begin, s.end);
       ASSERT_LE(s.end, lengths[s.sample]);
-      if (lengths[s.sample] <= max_tokens) EXPECT_EQ(s.tokens(), lengths[s.sample]) << "a sample that fits was split";
-      if (k > 0) EXPECT_EQ(s.begin, 0) << "only the first segment continues a sample";
-      if (k + 1 < batch.size()) EXPECT_EQ(s.end, lengths[s.sample]) << "only the last segment is unfinished";
+      if (lengths[s.sample] <= max_tokens) {
+        EXPECT_EQ(s.tokens(), lengths[s.sample]) << "a sample that fits was split";
+      }
+      if (k > 0) {
+        EXPECT_EQ(s.begin, 0) << "only the first segment continues a sample";
+      }
+      if (k + 1 < batch.size()) {
+        EXPECT_EQ(s.end, lengths[s.sample]) << "only the last segment is unfinished";
+      }
       tokens += s.tokens();
       at = s.end;
       if (at == lengths[sample]) ++sample, at = 0;
