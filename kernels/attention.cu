@@ -74,28 +74,29 @@ __global__ void __launch_bounds__(kRefBlock)
   const __nv_bfloat16* k = a.k + g * hd;  // key j at k + j * a.k_row
   const __nv_bfloat16* v = a.v + g * vd;  // value j at v + j * a.v_row
   for (std::int64_t d = threadIdx.x; d < hd; d += kRefBlock) q[d] = __bfloat162float(a.q[t * a.q_row + h * hd + d]);
-  std::int64_t lo = t - pos[t];
-  if (window > 0 && t - window + 1 > lo) lo = t - window + 1;
+  const std::int64_t u = t + a.key_offset;  // the query's own key row
+  std::int64_t lo = u - pos[t];
+  if (window > 0 && u - window + 1 > lo) lo = u - window + 1;
   __syncthreads();
 
   float m = -INFINITY, l = 0.0f;
   float acc[kRefDimsPerThread] = {};
-  for (std::int64_t j0 = lo; j0 <= t; j0 += kRefBlock) {
+  for (std::int64_t j0 = lo; j0 <= u; j0 += kRefBlock) {
     const std::int64_t j = j0 + threadIdx.x;
     float s = -INFINITY;
-    if (j <= t) {
+    if (j <= u) {
       const __nv_bfloat16* kj = k + j * a.k_row;
       float dot = 0.0f;
       for (std::int64_t d = 0; d < hd; ++d) dot += q[d] * __bfloat162float(kj[d]);
       s = dot * scale;
     }
-    const float m_new = fmaxf(m, block_max(s, scratch));  // finite: key j0 <= t is in the chunk
-    const float pj = j <= t ? expf(s - m_new) : 0.0f;
+    const float m_new = fmaxf(m, block_max(s, scratch));  // finite: key j0 <= u is in the chunk
+    const float pj = j <= u ? expf(s - m_new) : 0.0f;
     p[threadIdx.x] = pj;
     const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf)
     l = l * alpha + block_sum(pj, scratch);
     m = m_new;
-    const std::int64_t n = t - j0 + 1 < kRefBlock ? t - j0 + 1 : kRefBlock;
+    const std::int64_t n = u - j0 + 1 < kRefBlock ? u - j0 + 1 : kRefBlock;
 #pragma unroll
     for (int r = 0; r < kRefDimsPerThread; ++r) {
       const std::int64_t d = threadIdx.x + r * kRefBlock;
@@ -190,8 +191,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   const std::int64_t hq = a.hq;
   const std::int64_t h = blockIdx.y, kvh = h / (hq / a.hkv);
   const float scale = a.scale;
-  const std::int64_t t0 = q0 - pos[q0];           // first token of the sample
+  const std::int64_t off = a.key_offset;            // query row r's own key is key row r + off
+  const std::int64_t t0 = q0 + off - pos[q0];       // first key row of the sample
   const std::int64_t r0 = q0 + warp * 16 + g, r1 = r0 + 8;  // this thread's two query rows
+  const std::int64_t u0 = r0 + off, u1 = r1 + off;          // and their own key rows
 
   // Q fragments straight from global memory (rows past the tile read as zeros).
   std::uint32_t qa[kKT][4];
@@ -205,17 +208,18 @@ __global__ void __launch_bounds__(kFlashThreads)
     qa[kt][2] = r0 < q1 ? load_u32(p0 + 8) : 0u;
     qa[kt][3] = r1 < q1 ? load_u32(p1 + 8) : 0u;
   }
-  // lo(r): the first key row r may see; nondecreasing in r, so lo(q0) starts the key loop.
-  const auto lowest_key = [&](std::int64_t r) {
-    return window > 0 && r - window + 1 > t0 ? r - window + 1 : t0;
+  // lo(u): the first key row the query with own key row u may see; nondecreasing in u, so
+  // lo(q0 + off) starts the key loop.
+  const auto lowest_key = [&](std::int64_t u) {
+    return window > 0 && u - window + 1 > t0 ? u - window + 1 : t0;
   };
-  const std::int64_t lo0 = lowest_key(r0), lo1 = lowest_key(r1);
+  const std::int64_t lo0 = lowest_key(u0), lo1 = lowest_key(u1);
 
   float o[kND][4] = {};
   float m0 = -INFINITY, m1 = -INFINITY;  // running row maxima of the scaled scores
   float l0 = 0.0f, l1 = 0.0f;            // this thread's partial row sums
-  const std::int64_t last_key = q1 - 1;
-  for (std::int64_t k0 = lowest_key(q0); k0 <= last_key; k0 += kKeys) {
+  const std::int64_t last_key = q1 - 1 + off;
+  for (std::int64_t k0 = lowest_key(q0 + off); k0 <= last_key; k0 += kKeys) {
     // K and V tile (keys k0 .. k0+63) into shared memory, 16 bytes per access; keys past the
     // tile's last query are zeros (never read out of bounds, never NaN * 0).
     __syncthreads();  // the previous tile's fragments are all read
@@ -254,8 +258,8 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const std::int64_t j = k0 + nt * 8 + 2 * c + e;
-        s[nt][e] = (j <= r0 && j >= lo0) ? s[nt][e] * scale : -INFINITY;
-        s[nt][2 + e] = (j <= r1 && j >= lo1) ? s[nt][2 + e] * scale : -INFINITY;
+        s[nt][e] = (j <= u0 && j >= lo0) ? s[nt][e] * scale : -INFINITY;
+        s[nt][2 + e] = (j <= u1 && j >= lo1) ? s[nt][2 + e] * scale : -INFINITY;
         mx0 = fmaxf(mx0, s[nt][e]);
         mx1 = fmaxf(mx1, s[nt][2 + e]);
       }
@@ -330,9 +334,9 @@ __global__ void __launch_bounds__(kFlashThreads)
 void check_layout(const void* ctx, const AttentionLayout& a, const void* pos, std::int64_t T, std::int64_t window,
                   const char* name) {
   LT_CHECK(T >= 0 && T < (std::int64_t(1) << 31) && a.hq > 0 && a.hkv > 0 && a.hq % a.hkv == 0 && a.qk_dim > 0 &&
-               a.v_dim > 0 && window >= 0,
+               a.v_dim > 0 && window >= 0 && a.key_offset >= 0 && a.key_offset < (std::int64_t(1) << 31),
            name, ": bad shape T=", T, " hq=", a.hq, " hkv=", a.hkv, " qk_dim=", a.qk_dim, " v_dim=", a.v_dim,
-           " window=", window);
+           " window=", window, " key_offset=", a.key_offset);
   LT_CHECK(a.q_row >= a.hq * a.qk_dim && a.k_row >= a.hkv * a.qk_dim && a.v_row >= a.hkv * a.v_dim, name,
            ": row strides q ", a.q_row, ", k ", a.k_row, ", v ", a.v_row, " are shorter than the heads they hold");
   LT_CHECK(a.hq < 65536, name, ": ", a.hq, " query heads is more than a grid dimension holds");

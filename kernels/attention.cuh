@@ -15,9 +15,11 @@
 
 namespace layertap::kernels {
 
-// Query head h of token t at q + t * q_row + h * qk_dim; key and value head g of token j at
+// Query head h of token t at q + t * q_row + h * qk_dim; key and value head g of key row j at
 // k + j * k_row + g * qk_dim and v + j * v_row + g * v_dim (g = h / (hq / hkv)); the scores are
-// scaled by `scale`. ctx is (T, hq * v_dim).
+// scaled by `scale`. ctx is (T, hq * v_dim). Query t's own key is key row t + key_offset: chunked
+// prefill puts the kept keys of the sample in flight's earlier chunks (key_offset rows, positions
+// 0 .. key_offset - 1) ahead of the batch's, and its first segment's positions continue from there.
 struct AttentionLayout {
   const __nv_bfloat16* q = nullptr;
   std::int64_t q_row = 0;
@@ -27,11 +29,12 @@ struct AttentionLayout {
   std::int64_t v_row = 0;
   std::int64_t hq = 0, hkv = 0, qk_dim = 0, v_dim = 0;
   float scale = 1.0f;
+  std::int64_t key_offset = 0;
 };
 
-// For query t of sample s (starting at token t0 = t - pos[t]) and query head h (key/value head
-// g = h / (hq / hkv)):
-//   keys  j in [lo, t],  lo = t0, or max(t0, t - window + 1) when window > 0 (HF sliding window:
+// For query t of sample s (its own key row u = t + key_offset, the sample's first key row
+// u0 = u - pos[t]) and query head h (key/value head g = h / (hq / hkv)):
+//   keys  j in [lo, u],  lo = u0, or max(u0, u - window + 1) when window > 0 (HF sliding window:
 //         the last `window` positions, the query's own included)
 //   ctx[t, h*hd : (h+1)*hd] = bf16( sum_j softmax_j(scale * q_t . k_j) v_j ),  scale = 1/sqrt(hd)
 // with softmax and sums in float32.

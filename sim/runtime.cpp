@@ -694,6 +694,44 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
   return sticky(dev);
 }
 
+// cudaMemcpy2DAsync between device buffers (the backend's strided row copies): `height` rows of
+// `width` bytes, rows `dpitch` / `spitch` bytes apart. Each side's whole span must lie in one
+// allocation; the rows must not overlap (CUDA leaves overlapping copies undefined).
+cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+                    std::size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
+  const std::string call = std::string("cudaMemcpy2DAsync(") + kind_name(kind) + ", " + std::to_string(height) +
+                           " rows of " + std::to_string(width) + " bytes)";
+  if (device_count() == 0) return cudaErrorNoDevice;
+  Device& dev = current();
+  if (const cudaError_t e = sticky(dev); e != cudaSuccess) return e;
+  dev.count.copies++;
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return misuse(cudaErrorInvalidValue, call, "null pointer");
+  if (width > dpitch || width > spitch) return misuse(cudaErrorInvalidPitchValue, call, "width exceeds a pitch");
+  if (!device_side(kind, true, dst) || !device_side(kind, false, src))
+    return misuse(cudaErrorNotSupported, call, "the simulator runs 2D copies between device buffers only");
+  const std::size_t dspan = dpitch * (height - 1) + width, sspan = spitch * (height - 1) + width;
+  AllocationRef da, sa;
+  if (!check_range(dst, dspan, true, dev.index, call.c_str(), "destination", da) ||
+      !check_range(src, sspan, true, dev.index, call.c_str(), "source", sa))
+    return last_error;
+  const auto* d0 = static_cast<const std::byte*>(dst);
+  const auto* s0 = static_cast<const std::byte*>(src);
+  if (d0 < s0 + sspan && s0 < d0 + dspan)
+    return misuse(cudaErrorInvalidValue, call, "source and destination overlap");
+  cudaStream_t s = resolve_stream(stream, dev, call.c_str());
+  if (s == nullptr) return last_error;
+  Op op;
+  op.what = call + " on stream " + std::to_string(s->id);
+  op.uses = {da, sa};
+  op.run = [dst, dpitch, src, spitch, width, height] {
+    for (std::size_t r = 0; r < height; ++r)
+      std::memcpy(static_cast<std::byte*>(dst) + r * dpitch, static_cast<const std::byte*>(src) + r * spitch, width);
+  };
+  s->enqueue(std::move(op));
+  return sticky(dev);
+}
+
 cudaError_t fill(void* dst, int value, std::size_t bytes, cudaStream_t stream, bool async) {
   const std::string call = std::string(async ? "cudaMemsetAsync(" : "cudaMemset(") + std::to_string(bytes) + " bytes)";
   if (device_count() == 0) return cudaErrorNoDevice;
@@ -724,6 +762,11 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   return copy(dst, src, bytes, kind, stream, true);
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream) {
+  return copy_2d(dst, dpitch, src, spitch, width, height, kind, stream);
 }
 
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) { return fill(dst, value, bytes, nullptr, false); }

@@ -116,7 +116,7 @@ class CudaBackendChoice final : public BackendChoice {
   using BackendChoice::BackendChoice;
 
   const char* name() const override { return "cuda"; }
-  bool chunks_long_samples() const override { return false; }  // its attention keeps no earlier chunks yet
+  bool chunks_long_samples() const override { return true; }
 
   // Nothing of the weights; the loader's ring, the pinned batch and capture buffers (the latter on
   // the writer only: plan_memory counts them for TP rank 0), the dataset share and the runtime.
@@ -191,6 +191,7 @@ class CudaBackendChoice final : public BackendChoice {
   cuda::CudaBackendOptions options(const RankLoad& load) const {
     cuda::CudaBackendOptions o;
     o.max_batch_tokens = load.max_batch_tokens;
+    o.max_sample_tokens = load.max_sample_tokens;
     o.max_capture_points = load.capture_points;
     o.moe_split = shard_.moe_split;
     o.memory_limit = std::size_t(load.gpu_memory_gib * double(int64_t(1) << 30));

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -292,7 +293,11 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const int64_t group_tokens = std::accumulate(lengths.begin() + long(first_sample),
                                                lengths.begin() + long(last_sample), int64_t(0));
   // Parsed samples: int32 ids and a uint8 mask per token, and an id string and vectors per sample.
-  run.load = RankLoad{o.max_batch_tokens, int64_t(plan.points.size()),
+  const int64_t group_longest = last_sample > first_sample
+                                    ? *std::max_element(lengths.begin() + long(first_sample),
+                                                        lengths.begin() + long(last_sample))
+                                    : 0;
+  run.load = RankLoad{o.max_batch_tokens, group_longest, int64_t(plan.points.size()),
                       group_tokens * 5 + int64_t(last_sample - first_sample) * 128, o.gpu_memory_gib};
   run.host_problem = host_memory_problem(backend_choice, run.load);  // collective
   LT_CHECK(o.dry_run || run.host_problem.empty(), run.host_problem);

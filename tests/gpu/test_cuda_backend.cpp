@@ -66,6 +66,8 @@
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 #include "fixture_reference.hpp"
+#include "job/chunk_joiner.hpp"
+#include "job/dataset_plan.hpp"
 
 namespace {
 
@@ -453,6 +455,126 @@ int golden_moe(const std::string& name, int tp, MoeSplit split) {
   return fails;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Chunked prefill: the samples in batches of `budget` tokens as the job plans them
+// (job::plan_batches: a long sample's chunks over consecutive batches, sharing batches with the
+// samples around it; budget 1: one-token chunks), the states joined back per sample
+// (job::ChunkJoiner), held to the golden bound of the reference like the unchunked run; the
+// difference from the unchunked run is printed. MoE routing is forced to the float32 reference's
+// choices (see golden_moe), sliced per chunk.
+
+// The routing of `whole` (all samples packed) for the tokens of `batch`, in its order.
+HostRouting routing_of(const HostRouting& whole, const PackedBatch& all, const job::Batch& batch, int64_t k) {
+  HostRouting r;
+  r.experts.resize(whole.experts.size());
+  r.weights.resize(whole.weights.size());
+  for (std::size_t l = 0; l < whole.experts.size(); ++l) {
+    if (whole.experts[l].empty()) continue;
+    for (const job::Segment& seg : batch) {
+      const std::size_t from = std::size_t((all.offsets[seg.sample] + seg.begin) * k);
+      const std::size_t to = std::size_t((all.offsets[seg.sample] + seg.end) * k);
+      r.experts[l].insert(r.experts[l].end(), whole.experts[l].begin() + long(from), whole.experts[l].begin() + long(to));
+      r.weights[l].insert(r.weights[l].end(), whole.weights[l].begin() + long(from), whole.weights[l].begin() + long(to));
+    }
+  }
+  return r;
+}
+
+int chunked_matches_whole(const std::string& name, int tp, MoeSplit split, const std::vector<int64_t>& budgets) {
+  const fs::path dir = fixture(name);
+  const ModelConfig cfg = load_model_config((dir / "config.json").string());
+  const Checkpoint ckpt(checkpoint_files(dir.string()));
+  const FixtureReference ref = test::load_fixture_reference((dir / "reference.safetensors").string(), cfg.num_layers, cfg.hidden_size);
+  const CapturePlan plan = all_points(cfg.num_layers);
+  const Batch whole = golden_batches(ref).back();
+  const bool packed = cfg.quant.method != QuantConfig::Method::None;
+  std::vector<int64_t> lengths;
+  for (const auto& t : ref.tokens) lengths.push_back(int64_t(t.size()));
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  HostRouting routing;
+  if (cfg.moe) {
+    std::vector<float> final_state;
+    routing = reference_routing(cfg, load_weights(ckpt, cfg, {}), whole.packed, final_state);
+  }
+  const int64_t k = cfg.moe ? cfg.moe->experts_per_token : 0;
+  int device = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&device));
+  int fails = 0;
+  // budget 0: the unchunked run (one batch of all samples), the others' yardstick.
+  std::vector<int64_t> runs{0};
+  runs.insert(runs.end(), budgets.begin(), budgets.end());
+  States unchunked;
+  for (const int64_t budget : runs) {
+    const int64_t batch_tokens = budget > 0 ? budget : whole.packed.num_tokens();
+    const std::vector<job::Batch> batches = job::plan_batches(lengths, 0, batch_tokens);
+    const std::string label = cat(name, " tp=", tp, tp > 1 ? cat(" ", moe_split_name(split)) : std::string(),
+                                  budget > 0 ? cat(" chunks of ", budget) : std::string(" whole"));
+    ThreadAllReduce::Group group(tp);
+    States joined(plan.points.size());
+    std::vector<std::string> errors(static_cast<std::size_t>(tp));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < tp; ++r) {
+      ranks.emplace_back([&, r] {
+        ThreadAllReduce comm(group, r);
+        try {
+          LT_CUDA_CHECK(cudaSetDevice(device));
+          cuda::CudaBackendOptions o;
+          o.max_batch_tokens = batch_tokens;
+          o.max_sample_tokens = longest;
+          o.max_capture_points = int64_t(plan.points.size());
+          o.moe_split = split;
+          cuda::CudaProbe probe;
+          o.probe = &probe;
+          auto backend = packed ? std::make_unique<cuda::CudaBackend>(cfg, ckpt, comm, o)
+                                : std::make_unique<cuda::CudaBackend>(
+                                      cfg, load_weights(ckpt, cfg, TpShard{r, tp, split}), comm, o);
+          job::ChunkJoiner joiner(cfg.hidden_size * 2);
+          for (const job::Batch& b : batches) {
+            const PackedBatch pb =
+                job::pack_batch(b, lengths, [&](std::size_t i) -> const auto& { return ref.tokens[i]; });
+            if (cfg.moe) {
+              const HostRouting mine = routing_of(routing, whole.packed, b, k);
+              probe.forced_experts = mine.experts;
+              probe.forced_weights = mine.weights;
+            }
+            const States states = joiner.join(b, lengths, backend->forward(pb, plan, DType::BF16));
+            if (r != 0) continue;
+            for (std::size_t p = 0; p < states.size(); ++p)
+              joined[p].insert(joined[p].end(), states[p].begin(), states[p].end());
+          }
+        } catch (const std::exception& e) {
+          errors[std::size_t(r)] = e.what();
+          comm.drop();
+        }
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    bool failed = false;
+    for (int r = 0; r < tp; ++r)
+      if (!errors[std::size_t(r)].empty()) {
+        std::printf("FAIL %s rank %d: %s\n", label.c_str(), r, errors[std::size_t(r)].c_str());
+        failed = true;
+      }
+    if (failed) {
+      ++fails;
+      continue;
+    }
+    fails += compare_golden(label, cfg, ref, plan, {whole}, {joined});
+    if (budget == 0) {
+      unchunked = joined;
+      continue;
+    }
+    double worst = 0;
+    for (std::size_t p = 0; p < plan.points.size(); ++p) {
+      const std::vector<float> a = to_floats(joined[p], DType::BF16), b = to_floats(unchunked[p], DType::BF16);
+      worst = std::max(worst, relative_error(a.data(), b.data(), a.size()));
+    }
+    std::printf("     %-40s %zu batches; worst rel. difference from the unchunked run %.3e\n", label.c_str(),
+                batches.size(), worst);
+  }
+  return fails;
+}
+
 // A quantized checkpoint loaded by its plan (held packed) gives the states of its decoded values
 // uploaded as bf16.
 int packed_matches_bf16(const std::string& name) {
@@ -761,6 +883,15 @@ int main() {
     for (const char* name : {"deepseek_v3", "deepseek_v3_fp8", "kimi_k25_int4", "qwen3_moe"})
       for (const MoeSplit split : {MoeSplit::Experts, MoeSplit::Intermediate}) failures += golden_moe(name, 2, split);
     failures += golden_moe("kimi_k2", 4, MoeSplit::Experts);
+    // Chunked prefill: dense GQA with and without a sliding window, MLA with YaRN, MoE both splits.
+    failures += chunked_matches_whole("llama", 1, MoeSplit::Experts, {1, 7});
+    failures += chunked_matches_whole("mistral", 1, MoeSplit::Experts, {5});
+    failures += chunked_matches_whole("llama_tp", 2, MoeSplit::Experts, {6});
+    failures += chunked_matches_whole("llama_tp", 4, MoeSplit::Experts, {9});
+    failures += chunked_matches_whole("kimi_k2", 1, MoeSplit::Experts, {1, 6});
+    failures += chunked_matches_whole("deepseek_v3_fp8", 2, MoeSplit::Experts, {7});
+    failures += chunked_matches_whole("qwen3_moe", 2, MoeSplit::Intermediate, {5});
+    failures += chunked_matches_whole("kimi_k25_int4", 2, MoeSplit::Intermediate, {8});
     failures += packed_matches_bf16("deepseek_v3_fp8");
     failures += packed_matches_bf16("kimi_k25_int4");
     failures += synthetic_moe();

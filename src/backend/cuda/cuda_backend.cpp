@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <cstdio>
 
@@ -107,7 +108,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
     weights_.emplace(DeviceWeights::load(shape_, plan_load(shape_, *ckpt, config_.quant), options_.loader, &load_stats_));
   else
     weights_.emplace(DeviceWeights::random(shape_, seed, compute_.get()));
-  ws_.emplace(shape_, options_.max_batch_tokens, options_.max_capture_points);
+  max_kept_ = max_kept_positions(options_);
+  ws_.emplace(shape_, WorkspaceSize{options_.max_batch_tokens, options_.max_capture_points, max_kept_});
   // The CPU backend's frequencies and YaRN factor, bit for bit (MLA: over the rope dims).
   const cpu::Rope rope(config_.rope, shape_.head_dim);
   rope_attention_factor_ = rope.attention_factor();
@@ -146,7 +148,11 @@ std::string CudaBackend::description() const {
              attention_kernel_name(attention_), " attention, tensor-parallel rank ", comm_.rank(), " of ",
              comm_.size(), ", weights ", gib(memory_.weight_bytes), packed, " + workspace ",
              gib(memory_.workspace_bytes), " (max_batch_tokens ", options_.max_batch_tokens, ", ",
-             options_.max_capture_points, " capture points), pinned host ", gib(memory_.pinned_bytes));
+             options_.max_capture_points, " capture points",
+             max_kept_ > 0 ? cat(", keys and values kept for samples of up to ", options_.max_sample_tokens,
+                                 " tokens: ", gib(memory_.kept_bytes))
+                           : std::string(),
+             "), pinned host ", gib(memory_.pinned_bytes));
 }
 
 void CudaBackend::apply_probe(std::int64_t T) {
@@ -180,31 +186,68 @@ void CudaBackend::apply_probe(std::int64_t T) {
   p->layer_ms.clear();
 }
 
-void CudaBackend::attention_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos,
-                                  const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t window) {
+__nv_bfloat16* CudaBackend::kept_rows(std::int64_t layer) const {
+  return ws_->kept + layer * max_kept_ * Workspace::kept_row(shape_);
+}
+
+void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std::int32_t* pos,
+                                  const std::int32_t* tiles, std::int64_t num_tiles) {
   const cudaStream_t s = compute_.get();
   const Workspace& w = *ws_;
+  const DeviceLayer& l = weights_->layers[std::size_t(layer)];
+  const std::int64_t window = config_.sliding_window[std::size_t(layer)];
   const std::int64_t H = shape_.hidden, hd = shape_.head_dim, hq = shape_.heads, hkv = shape_.kv_heads;
   gemm_->linear(w.qkv, w.h, l.qkv.w, l.qkv.b, T, l.qkv.out, l.qkv.in, s);  // (T, (hq + 2 hkv) * hd)
   kernels::qk_norm_rope(w.qkv, pos, w.inv_freq, l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd, s,
                         rope_attention_factor_);
-  if (attention_ == AttentionKernel::Flash) {
-    kernels::attention_flash(w.ctx, w.qkv, pos, tiles, num_tiles, T, hq, hkv, hd, window, s);  // (T, hq * hd)
+  const ChunkRows& c = chunk_;
+  if (c.kept == 0 && !c.keep) {  // whole samples: keys and values straight from the projection
+    if (attention_ == AttentionKernel::Flash) {
+      kernels::attention_flash(w.ctx, w.qkv, pos, tiles, num_tiles, T, hq, hkv, hd, window, s);  // (T, hq * hd)
+    } else {
+      kernels::attention_reference(w.ctx, w.qkv, pos, T, hq, hkv, hd, window, s);  // (T, hq * hd)
+    }
   } else {
-    kernels::attention_reference(w.ctx, w.qkv, pos, T, hq, hkv, hd, window, s);  // (T, hq * hd)
+    // keys (kept + T, 2 hkv hd) = the sample in flight's kept K | V rows, then the batch's.
+    const std::int64_t row = 2 * hkv * hd, qkv_row = shape_.qkv_dim();
+    const std::size_t e = sizeof(__nv_bfloat16);
+    __nv_bfloat16* kept = kept_rows(layer);
+    if (c.kept > 0)
+      LT_CUDA_CHECK(cudaMemcpyAsync(w.keys, kept, std::size_t(c.kept * row) * e, cudaMemcpyDeviceToDevice, s));
+    LT_CUDA_CHECK(cudaMemcpy2DAsync(w.keys + c.kept * row, std::size_t(row) * e, w.qkv + hq * hd,
+                                    std::size_t(qkv_row) * e, std::size_t(row) * e, std::size_t(T),
+                                    cudaMemcpyDeviceToDevice, s));
+    kernels::AttentionLayout a{w.qkv, qkv_row, w.keys, row, w.keys + hkv * hd, row, hq, hkv, hd, hd,
+                               1.0f / std::sqrt(float(hd))};
+    a.key_offset = c.kept;
+    if (attention_ == AttentionKernel::Flash) {
+      kernels::attention_flash(w.ctx, a, pos, tiles, num_tiles, T, window, s);  // (T, hq * hd)
+    } else {
+      kernels::attention_reference(w.ctx, a, pos, T, window, s);  // (T, hq * hd)
+    }
+    if (c.keep)
+      LT_CUDA_CHECK(cudaMemcpyAsync(kept + c.keep_at * row, w.keys + (c.kept + c.keep_from) * row,
+                                    std::size_t((T - c.keep_from) * row) * e, cudaMemcpyDeviceToDevice, s));
   }
   gemm_->linear(w.delta, w.ctx, l.o.w, l.o.b, T, H, l.o.in, s);  // (T, H) partial sum over this rank's heads
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
 
-void CudaBackend::mla_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
+void CudaBackend::mla_block(std::int64_t layer, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
                             std::int64_t num_tiles) {
   const cudaStream_t s = compute_.get();
   const Workspace& w = *ws_;
-  const DeviceMla& a = l.mla;
+  const DeviceMla& a = weights_->layers[std::size_t(layer)].mla;
   const std::int64_t H = shape_.hidden, nh = shape_.heads, qk = shape_.mla_qk(), nope = shape_.nope,
                      rd = shape_.rope_dim, vd = shape_.v_dim, ql = shape_.q_lora, kvl = shape_.kv_lora;
   const float latent_eps = float(MlaConfig::kLatentNormEps);
+  // The key side spans the sample in flight's P kept positions, then the batch's T (P = 0 unless
+  // the first segment continues a sample); kept per position: the normed latent and the rope key.
+  const ChunkRows& c = chunk_;
+  const std::int64_t P = c.kept, N = P + T;
+  const std::size_t e = sizeof(__nv_bfloat16);
+  __nv_bfloat16* kept_latent = max_kept_ > 0 ? kept_rows(layer) : nullptr;  // (K, kvl)
+  __nv_bfloat16* kept_rope = max_kept_ > 0 ? kept_latent + max_kept_ * kvl : nullptr;  // (K, rd)
   if (ql > 0) {
     gemm_->linear(w.mla_qa, w.h, a.q_a.w, a.q_a.b, T, ql, H, s);                               // (T, q_lora)
     kernels::rmsnorm_rows(w.mla_qa, ql, w.mla_qa, ql, a.q_a_norm, latent_eps, T, ql, s);
@@ -213,20 +256,34 @@ void CudaBackend::mla_block(const DeviceLayer& l, std::int64_t T, const std::int
     gemm_->linear(w.mla_q, w.h, a.q.w, nullptr, T, nh * qk, H, s);                             // (T, nh * qk)
   }
   gemm_->linear(w.mla_ckv, w.h, a.kv_a.w, a.kv_a.b, T, kvl + rd, H, s);                        // (T, kvl + rd)
-  kernels::rmsnorm_rows(w.mla_latent, kvl, w.mla_ckv, kvl + rd, a.kv_a_norm, latent_eps, T, kvl, s);  // (T, kvl)
+  if (P > 0)
+    LT_CUDA_CHECK(cudaMemcpyAsync(w.mla_latent, kept_latent, std::size_t(P * kvl) * e, cudaMemcpyDeviceToDevice, s));
+  kernels::rmsnorm_rows(w.mla_latent + P * kvl, kvl, w.mla_ckv, kvl + rd, a.kv_a_norm, latent_eps, T, kvl,
+                        s);  // (N, kvl): rows P.. the batch's
   // RoPE on the rope dims only: each head's last rd query values, and the one shared rope key.
   kernels::rope_strided(w.mla_q, nh * qk, qk, nope, nh, rd, shape_.rope_interleave, pos, w.inv_freq,
                         rope_attention_factor_, T, s);
   kernels::rope_strided(w.mla_ckv, kvl + rd, 0, kvl, 1, rd, shape_.rope_interleave, pos, w.inv_freq,
                         rope_attention_factor_, T, s);
-  gemm_->linear(w.mla_kv, w.mla_latent, a.kv_b.w, nullptr, T, nh * (nope + vd), kvl, s);     // (T, nh * (nope + v))
-  kernels::mla_assemble_kv(w.mla_k, w.mla_v, w.mla_kv, w.mla_ckv + kvl, kvl + rd, T, nh, nope, rd, vd, s);
-  const kernels::AttentionLayout layout{w.mla_q, nh * qk, w.mla_k, nh * qk, w.mla_v, nh * vd,
-                                        nh,      nh,      qk,      vd,      shape_.softmax_scale};
+  gemm_->linear(w.mla_kv, w.mla_latent, a.kv_b.w, nullptr, N, nh * (nope + vd), kvl, s);     // (N, nh * (nope + v))
+  if (P > 0) kernels::mla_assemble_kv(w.mla_k, w.mla_v, w.mla_kv, kept_rope, rd, P, nh, nope, rd, vd, s);
+  kernels::mla_assemble_kv(w.mla_k + P * nh * qk, w.mla_v + P * nh * vd, w.mla_kv + P * nh * (nope + vd),
+                           w.mla_ckv + kvl, kvl + rd, T, nh, nope, rd, vd, s);  // (N, nh * qk), (N, nh * v)
+  kernels::AttentionLayout layout{w.mla_q, nh * qk, w.mla_k, nh * qk, w.mla_v, nh * vd,
+                                  nh,      nh,      qk,      vd,      shape_.softmax_scale};
+  layout.key_offset = P;
   if (attention_ == AttentionKernel::Flash) {
     kernels::attention_flash(w.ctx, layout, pos, tiles, num_tiles, T, 0, s);  // (T, nh * v)
   } else {
     kernels::attention_reference(w.ctx, layout, pos, T, 0, s);  // (T, nh * v)
+  }
+  if (c.keep) {  // the last segment's latents and rope keys, for the sample's next chunk
+    const std::int64_t n = T - c.keep_from;
+    LT_CUDA_CHECK(cudaMemcpyAsync(kept_latent + c.keep_at * kvl, w.mla_latent + (P + c.keep_from) * kvl,
+                                  std::size_t(n * kvl) * e, cudaMemcpyDeviceToDevice, s));
+    LT_CUDA_CHECK(cudaMemcpy2DAsync(kept_rope + c.keep_at * rd, std::size_t(rd) * e,
+                                    w.mla_ckv + c.keep_from * (kvl + rd) + kvl, std::size_t(kvl + rd) * e,
+                                    std::size_t(rd) * e, std::size_t(n), cudaMemcpyDeviceToDevice, s));
   }
   gemm_->linear(w.delta, w.ctx, a.o.w, a.o.b, T, H, nh * vd, s);  // (T, H) partial sum over this rank's heads
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
@@ -319,9 +376,9 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
     kernels::fused_residual_rmsnorm(w.h, w.x, i == 0 ? nullptr : w.delta, l.input_norm, eps, T, H, s);
     stager_->capture(i, w.x, /*overwritten_later=*/true, s);
     if (shape_.mla)
-      mla_block(l, T, pos, tiles, num_tiles);
+      mla_block(i, T, pos, tiles, num_tiles);
     else
-      attention_block(l, T, pos, tiles, num_tiles, config_.sliding_window[std::size_t(i)]);
+      attention_block(i, T, pos, tiles, num_tiles);
     kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, l.post_attn_norm, eps, T, H, s);
     if (l.moe)
       moe_block(l, i, T);
@@ -347,8 +404,15 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
            "packed batch offsets do not span its ", T, " tokens");
   for (std::size_t s = 0; s + 1 < batch.offsets.size(); ++s)
     LT_CHECK(batch.offsets[s] <= batch.offsets[s + 1], "packed batch offsets decrease at sample ", s);
-  LT_CHECK(batch.first_position == 0 && !batch.last_continues,
-           "the CUDA backend does not run a sample in chunks (chunked prefill); each batch must hold whole samples");
+  // Chunked prefill: the first segment continues the sample in flight; the last may be continued.
+  LT_CHECK(batch.first_position == kept_positions_, "chunked prefill: the batch continues a sample at position ",
+           batch.first_position, " but ", kept_positions_, " positions of the sample in flight are kept");
+  const std::int64_t last = batch.offsets[std::size_t(batch.num_samples() - 1)];
+  const std::int64_t keep_at = batch.num_samples() == 1 ? batch.first_position : 0;
+  const std::int64_t kept_after = batch.last_continues ? keep_at + T - last : 0;
+  LT_CHECK(kept_after <= max_kept_, "chunked prefill: a sample continues past position ", kept_after,
+           " but the CUDA backend keeps at most ", max_kept_, " positions (max_sample_tokens ",
+           options_.max_sample_tokens, " with max_batch_tokens ", options_.max_batch_tokens, ")");
   LT_CHECK(T > 0 && T <= options_.max_batch_tokens, "batch of ", T, " tokens; the CUDA backend was built for 1..",
            options_.max_batch_tokens, " (max_batch_tokens)");
   const bool capturing = comm_.rank() == 0;  // the writing rank; the others hold no capture buffers
@@ -357,6 +421,8 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
            options_.max_capture_points, " (max_capture_points)");
   apply_probe(T);
   stager_->begin(capturing ? &plan : nullptr, T);
+  chunk_ = ChunkRows{batch.first_position, batch.last_continues, last, keep_at};
+  kept_positions_ = 0;  // until this batch has run: after a failure, only a new sample may start
 
   // Batch metadata, packed from the front of one pinned buffer, goes over in one copy:
   // ids (T) | pos (T) | flash tiles (num_tiles, 2).
@@ -366,7 +432,7 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   std::memcpy(hm, batch.tokens.data(), std::size_t(T) * sizeof(std::int32_t));
   for (std::size_t smp = 0; smp + 1 < batch.offsets.size(); ++smp)
     for (std::int64_t t = batch.offsets[smp]; t < batch.offsets[smp + 1]; ++t)
-      hm[T + t] = static_cast<std::int32_t>(t - batch.offsets[smp]);
+      hm[T + t] = static_cast<std::int32_t>(t - batch.offsets[smp] + (smp == 0 ? batch.first_position : 0));
   std::int64_t num_tiles = 0;
   if (attention_ == AttentionKernel::Flash) {
     const std::vector<std::int32_t> tiles = kernels::flash_query_tiles(batch.offsets);
@@ -398,6 +464,7 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   const std::int32_t bad = *w.host_bad_token;
   LT_CHECK(bad >= T, "token id ", batch.tokens[std::size_t(std::max(bad, 0))], " at batch position ", bad,
            " is outside the vocabulary of ", shape_.vocab);
+  kept_positions_ = kept_after;
   return states;
 }
 

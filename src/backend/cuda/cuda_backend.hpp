@@ -2,7 +2,8 @@
 // (quantized ones packed as the checkpoint stores them, expanded per layer into a bf16 scratch),
 // cuBLASLt for the products, the kernels of kernels/ for the rest (GQA or MLA attention, dense or
 // MoE FFN), tensor-parallel all-reduces through a DeviceAllReduce (NCCL), captured states copied
-// to pinned host memory on a second stream while the following layers run. See docs/GPU.md.
+// to pinned host memory on a second stream while the following layers run; a sample longer than a
+// batch runs in chunks, its earlier chunks' keys and values kept on the device. See docs/GPU.md.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -67,12 +68,14 @@ class CudaBackend final : public Backend {
               const Checkpoint* ckpt, std::uint64_t seed);
   // The decoder layers and the final norm over the batch in ws_->x (T, H).
   void run_layers(std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles, std::int64_t num_tiles);
-  // delta (T, H) = all-reduce(o_proj(attention(qkv_proj(h))))
-  void attention_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
-                       std::int64_t num_tiles, std::int64_t window);
-  // delta (T, H) = all-reduce(o_proj(attention(MLA projections of h)))
-  void mla_block(const DeviceLayer& l, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
+  // delta (T, H) = all-reduce(o_proj(attention(qkv_proj(h)))) of decoder layer `layer`
+  void attention_block(std::int64_t layer, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
+                       std::int64_t num_tiles);
+  // delta (T, H) = all-reduce(o_proj(attention(MLA projections of h))) of decoder layer `layer`
+  void mla_block(std::int64_t layer, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
                  std::int64_t num_tiles);
+  // Layer `layer`'s kept rows of the sample in flight (Workspace::kept).
+  __nv_bfloat16* kept_rows(std::int64_t layer) const;
   // delta (T, H) = all-reduce(down_proj(swiglu(gate_up_proj(h))))
   void mlp_block(const DeviceLayer& l, std::int64_t T);
   // delta (T, H) = all-reduce(this rank's routed experts, weighted, + its shared-expert slice)
@@ -96,6 +99,17 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CaptureStager> stager_;
   float rope_attention_factor_ = 1.0f;
   bool routing_skew_ = false;  // this forward adds the probe's routing skew (ws_->logit_offset)
+  // Chunked prefill (model/packed_batch.hpp). The current batch's keys follow `kept` rows of the
+  // sample in flight (its first segment continues at position `kept`); with `keep`, its rows from
+  // `keep_from` on (the last segment's) are kept for the next batch, at position `keep_at` on.
+  struct ChunkRows {
+    std::int64_t kept = 0;
+    bool keep = false;
+    std::int64_t keep_from = 0, keep_at = 0;
+  };
+  ChunkRows chunk_;
+  std::int64_t max_kept_ = 0;        // positions the workspace keeps (max_kept_positions)
+  std::int64_t kept_positions_ = 0;  // positions of the sample in flight kept now
   Event counts_ready_;
   std::vector<Event> layer_events_;  // (L + 1) timing events with options.profile_layers
 };

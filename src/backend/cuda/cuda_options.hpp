@@ -21,6 +21,10 @@ const char* attention_kernel_name(AttentionKernel k);
 
 struct CudaBackendOptions {
   std::int64_t max_batch_tokens = 8192;  // T of the largest batch; sizes every activation buffer
+  // The longest sample. One longer than max_batch_tokens runs in chunks over consecutive batches,
+  // the keys and values of its earlier chunks kept on the device (max_kept_positions sizes them);
+  // 0: none is longer.
+  std::int64_t max_sample_tokens = 0;
   std::int64_t max_capture_points = 4;   // distinct capture points per batch (eagle3 = 4)
   AttentionKernel attention = AttentionKernel::Auto;
   double timeout_s = 1800;               // bound on any wait for the GPU or tensor-parallel peers
@@ -31,5 +35,11 @@ struct CudaBackendOptions {
   LoaderOptions loader;                  // reading the checkpoint (threads, staging ring)
   CudaProbe* probe = nullptr;            // benchmarks and tests only: routing hooks, per-layer figures
 };
+
+// Positions of a sample in flight the backend keeps between batches: all but the last of the
+// longest sample's when it is longer than a batch, else none.
+inline std::int64_t max_kept_positions(const CudaBackendOptions& o) {
+  return o.max_sample_tokens > o.max_batch_tokens ? o.max_sample_tokens - 1 : 0;
+}
 
 }  // namespace layertap::cuda

@@ -29,12 +29,16 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
   p.packed_bytes = w.packed;
   p.scratch_bytes = w.scratch;
   p.scratch_layer = w.scratch_layer;
-  p.workspace_bytes = Workspace::device_bytes(s, o.max_batch_tokens, points);
-  p.capture_bytes = p.workspace_bytes - Workspace::device_bytes(s, o.max_batch_tokens, 0);
-  p.pinned_bytes = Workspace::pinned_bytes(s, o.max_batch_tokens, points);
-  const std::size_t fixed = Workspace::device_bytes(s, 0, points);
-  const std::size_t Tm = std::size_t(o.max_batch_tokens);
-  p.per_token_bytes = (p.workspace_bytes - fixed + Tm - 1) / Tm;
+  const std::int64_t Tm = o.max_batch_tokens, K = max_kept_positions(o);
+  p.workspace_bytes = Workspace::device_bytes(s, {Tm, points, K});
+  p.capture_bytes = p.workspace_bytes - Workspace::device_bytes(s, {Tm, 0, K});
+  p.kept_bytes = p.workspace_bytes - Workspace::device_bytes(s, {Tm, points, 0});
+  p.pinned_bytes = Workspace::pinned_bytes(s, {Tm, points, K});
+  const std::size_t fixed = Workspace::device_bytes(s, {0, points, K});
+  p.per_token_bytes = (p.workspace_bytes - fixed + std::size_t(Tm) - 1) / std::size_t(Tm);
+  constexpr std::int64_t kProbe = 1 << 20;  // positions: the per-position growth, alignment amortized
+  p.per_kept_bytes = (Workspace::device_bytes(s, {Tm, points, kProbe}) - Workspace::device_bytes(s, {Tm, points, 0}) +
+                      kProbe - 1) / kProbe;
   return p;
 }
 
@@ -49,6 +53,14 @@ std::int64_t max_tokens_that_fit(const MemoryPlan& p, std::size_t free_bytes, co
   return std::int64_t(std::min<std::size_t>((free_bytes - room) / p.per_token_bytes, std::size_t(kMaxBatchTokens)));
 }
 
+std::int64_t max_sample_that_fits(const MemoryPlan& p, std::size_t free_bytes, const CudaBackendOptions& o) {
+  const std::size_t unkept = device_bytes_needed(p) - p.kept_bytes;
+  if (unkept > free_bytes) return -1;
+  if (p.per_kept_bytes == 0) return kMaxBatchTokens;
+  const std::size_t positions = (free_bytes - unkept) / p.per_kept_bytes;  // kept: all but the last token
+  return std::max<std::int64_t>(o.max_batch_tokens, std::int64_t(std::min<std::size_t>(positions, kMaxBatchTokens)) + 1);
+}
+
 std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::size_t free_bytes,
                                  const CudaBackendOptions& o) {
   const std::size_t need = device_bytes_needed(p);
@@ -61,12 +73,20 @@ std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::
   r += cat("  workspace  ", gib(p.workspace_bytes), " at ", o.max_batch_tokens, " tokens (", p.per_token_bytes / 1024,
            " KiB per token), of which capture buffers ", gib(p.capture_bytes),
            s.tp_rank == 0 ? cat(" (", o.max_capture_points, " points)") : std::string(" (not the writer: none)"), "\n");
+  const std::int64_t kept = max_kept_positions(o), longest = max_sample_that_fits(p, free_bytes, o);
+  r += cat("  kept K/V   ", gib(p.kept_bytes),
+           kept > 0 ? cat(" for samples of up to ", o.max_sample_tokens, " tokens, run in chunks of ", o.max_batch_tokens)
+                    : std::string(" (no sample is longer than a batch)"),
+           " (", p.per_kept_bytes / 1024, " KiB per kept position)\n");
   r += cat("  headroom   ", gib(kDeviceHeadroomBytes), " for cuBLASLt, the kernels and the context\n");
   r += cat("  device     ", gib(need), " of ", gib(free_bytes), need <= free_bytes ? ": fits" : ": does NOT fit",
            most == kMaxBatchTokens ? cat(" (", most, " tokens per batch, the most --max-batch-tokens allows, would fit)")
            : most >= 0             ? cat(" (up to ", most, " tokens per batch would fit)")
                                    : std::string(" (not even the weights fit)"),
            "\n");
+  if (longest >= 0)
+    r += cat("  longest    sample that fits beside batches of ", o.max_batch_tokens, " tokens: ",
+             longest == kMaxBatchTokens + 1 ? cat("any (", kMaxBatchTokens, "+)") : cat(longest), " tokens\n");
   return r;
 }
 
@@ -81,10 +101,18 @@ void check_fits(const MemoryPlan& p, std::size_t free_bytes, const std::string& 
                                "stores them, the rest bf16) + dequantization scratch ", gib(p.scratch_bytes),
                                " (layer ", p.scratch_layer, "'s packed weights expanded to bf16)")
                          : std::string(" (bf16, this rank's tensor-parallel slice)");
+  const std::string kept = p.kept_bytes > 0 ? cat(", of which ", gib(p.kept_bytes), " keys and values kept for samples "
+                                                  "of up to ", o.max_sample_tokens, " tokens")
+                                            : std::string();
+  const std::int64_t longest = max_sample_that_fits(p, free_bytes, o);
+  const std::string sample = p.kept_bytes > 0 && longest >= 0
+                                 ? cat("; samples of up to ", longest, " tokens would fit beside batches of ",
+                                       o.max_batch_tokens)
+                                 : std::string();
   LT_FAIL("the CUDA backend does not fit on ", device, ": weights ", gib(p.weight_bytes), weights, " + workspace ",
           gib(p.workspace_bytes), " (max_batch_tokens ",
-          o.max_batch_tokens, ", ", o.max_capture_points, " capture points) + ", gib(kDeviceHeadroomBytes),
-          " headroom for cuBLASLt and the context = ", gib(need), ", but only ", gib(free_bytes), " are free (", fits,
+          o.max_batch_tokens, ", ", o.max_capture_points, " capture points", kept, ") + ", gib(kDeviceHeadroomBytes),
+          " headroom for cuBLASLt and the context = ", gib(need), ", but only ", gib(free_bytes), " are free (", fits, sample,
           "). Lower --max-batch-tokens, raise --tp (each rank holds 1/tp of the weights) or free the GPU.");
 }
 

@@ -23,6 +23,8 @@ struct MemoryPlan {
   std::size_t capture_bytes = 0;    // of which capture snapshots (TP rank 0 only)
   std::size_t pinned_bytes = 0;     // page-locked host memory (capture targets, batch staging)
   std::size_t per_token_bytes = 0;  // workspace growth per token of max_batch_tokens
+  std::size_t kept_bytes = 0;       // of the workspace, what chunked prefill keeps for the longest sample
+  std::size_t per_kept_bytes = 0;   // its growth per kept position (all layers)
 };
 
 MemoryPlan plan_memory(const LocalShape& shape, const CudaBackendOptions& options);
@@ -31,9 +33,14 @@ MemoryPlan plan_memory(const LocalShape& shape, const CudaBackendOptions& option
 // max_batch_tokens that fits in `free_bytes` (-1: not even the weights fit).
 std::size_t device_bytes_needed(const MemoryPlan& plan);
 std::int64_t max_tokens_that_fit(const MemoryPlan& plan, std::size_t free_bytes, const CudaBackendOptions& options);
+// The longest sample that fits in `free_bytes` beside batches of max_batch_tokens: longer than a
+// batch, it runs in chunks and its earlier chunks' keys and values are kept (-1: not even a batch
+// of max_batch_tokens fits).
+std::int64_t max_sample_that_fits(const MemoryPlan& plan, std::size_t free_bytes, const CudaBackendOptions& options);
 
 // The device plan by part, one line per part (resident weights by stored form, dequantization
-// scratch, workspace per token and in all, capture buffers, headroom) and whether it fits in
+// scratch, workspace per token and in all, capture buffers, kept keys and values of the longest
+// sample, headroom), the longest sample that would fit beside the largest batch, and whether it fits in
 // `free_bytes`: what `extract --dry-run --backend cuda` prints per rank.
 std::string describe_device_plan(const MemoryPlan& plan, const LocalShape& shape, std::size_t free_bytes,
                                  const CudaBackendOptions& options);

@@ -11,7 +11,8 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 // One layout for counting and placing: `w` is null when only counting.
-void layout(Arena& dev, Arena& host, const LocalShape& s, std::int64_t Tm, std::int64_t P, Workspace* w) {
+void layout(Arena& dev, Arena& host, const LocalShape& s, const WorkspaceSize& size, Workspace* w) {
+  const std::int64_t Tm = size.max_tokens, P = size.max_points, K = size.max_kept;
   const std::int64_t H = s.hidden, meta = Workspace::meta_ints(Tm);
   WorkspaceBuffers b;  // copied into *w at the end
   b.x = dev.take<bf16>(Tm * H);
@@ -20,17 +21,19 @@ void layout(Arena& dev, Arena& host, const LocalShape& s, std::int64_t Tm, std::
   if (!s.mla) {
     b.qkv = dev.take<bf16>(Tm * s.qkv_dim());
     b.ctx = dev.take<bf16>(Tm * s.q_dim());
+    if (K > 0) b.keys = dev.take<bf16>((K + Tm) * Workspace::kept_row(s));
   } else {
     const std::int64_t nh = s.heads, qk = s.mla_qk();
     b.mla_q = dev.take<bf16>(Tm * nh * qk);
     b.mla_qa = dev.take<bf16>(Tm * s.q_lora);
     b.mla_ckv = dev.take<bf16>(Tm * (s.kv_lora + s.rope_dim));
-    b.mla_latent = dev.take<bf16>(Tm * s.kv_lora);
-    b.mla_kv = dev.take<bf16>(Tm * nh * (s.nope + s.v_dim));
-    b.mla_k = dev.take<bf16>(Tm * nh * qk);
-    b.mla_v = dev.take<bf16>(Tm * nh * s.v_dim);
+    b.mla_latent = dev.take<bf16>((K + Tm) * s.kv_lora);
+    b.mla_kv = dev.take<bf16>((K + Tm) * nh * (s.nope + s.v_dim));
+    b.mla_k = dev.take<bf16>((K + Tm) * nh * qk);
+    b.mla_v = dev.take<bf16>((K + Tm) * nh * s.v_dim);
     b.ctx = dev.take<bf16>(Tm * nh * s.v_dim);
   }
+  b.kept = dev.take<bf16>(s.layers * K * Workspace::kept_row(s));
   const std::int64_t I = std::max(s.any_dense_ffn() ? s.inter : 0, s.any_moe() ? s.shared_inter : 0);
   b.gate_up = dev.take<bf16>(Tm * 2 * I);
   b.act = dev.take<bf16>(Tm * I);
@@ -69,22 +72,26 @@ std::int64_t Workspace::meta_ints(std::int64_t max_tokens) {
   return 2 * max_tokens + 2 * kernels::max_flash_tiles(max_tokens);
 }
 
-std::size_t Workspace::device_bytes(const LocalShape& s, std::int64_t Tm, std::int64_t P) {
+std::int64_t Workspace::kept_row(const LocalShape& s) {
+  return s.mla ? s.kv_lora + s.rope_dim : 2 * s.kv_heads * s.head_dim;
+}
+
+std::size_t Workspace::device_bytes(const LocalShape& s, const WorkspaceSize& size) {
   Arena dev, host;
-  layout(dev, host, s, Tm, P, nullptr);
+  layout(dev, host, s, size, nullptr);
   return dev.used();
 }
 
-std::size_t Workspace::pinned_bytes(const LocalShape& s, std::int64_t Tm, std::int64_t P) {
+std::size_t Workspace::pinned_bytes(const LocalShape& s, const WorkspaceSize& size) {
   Arena dev, host;
-  layout(dev, host, s, Tm, P, nullptr);
+  layout(dev, host, s, size, nullptr);
   return host.used();
 }
 
-Workspace::Workspace(const LocalShape& s, std::int64_t Tm, std::int64_t P)
-    : device_(device_bytes(s, Tm, P)), pinned_(pinned_bytes(s, Tm, P)) {
+Workspace::Workspace(const LocalShape& s, const WorkspaceSize& size)
+    : device_(device_bytes(s, size)), pinned_(pinned_bytes(s, size)) {
   Arena dev(device_.data(), device_.bytes()), host(pinned_.data(), pinned_.bytes());
-  layout(dev, host, s, Tm, P, this);
+  layout(dev, host, s, size, this);
 }
 
 }  // namespace layertap::cuda

@@ -25,10 +25,16 @@ struct WorkspaceBuffers {
   __nv_bfloat16* mla_q = nullptr;       // (Tm, nh * qk) queries
   __nv_bfloat16* mla_qa = nullptr;      // (Tm, q_lora) q_a_proj output, normed in place
   __nv_bfloat16* mla_ckv = nullptr;     // (Tm, kv_lora + rope) kv_a_proj_with_mqa output
-  __nv_bfloat16* mla_latent = nullptr;  // (Tm, kv_lora) normed latent
-  __nv_bfloat16* mla_kv = nullptr;      // (Tm, nh * (nope + v)) kv_b_proj output
-  __nv_bfloat16* mla_k = nullptr;       // (Tm, nh * qk) keys
-  __nv_bfloat16* mla_v = nullptr;       // (Tm, nh * v) values
+  // The key side spans K + Tm rows (K = max_kept): the kept rows of the sample in flight, then the batch's.
+  __nv_bfloat16* mla_latent = nullptr;  // (K + Tm, kv_lora) normed latent
+  __nv_bfloat16* mla_kv = nullptr;      // (K + Tm, nh * (nope + v)) kv_b_proj output
+  __nv_bfloat16* mla_k = nullptr;       // (K + Tm, nh * qk) keys
+  __nv_bfloat16* mla_v = nullptr;       // (K + Tm, nh * v) values
+  // Chunked prefill (K = max_kept positions, L layers; null when K = 0):
+  __nv_bfloat16* kept = nullptr;  // (L, K * kept_row) the sample in flight's rows per layer: GQA (K, 2 hkv hd)
+                                  // K | V of the local kv heads after RoPE; MLA (K, kv_lora) normed latents
+                                  // then (K, rope) rope keys
+  __nv_bfloat16* keys = nullptr;  // GQA (K + Tm, 2 hkv hd): the kept rows, then the batch's K | V
   // Dense FFN and shared experts
   __nv_bfloat16* gate_up = nullptr;    // (Tm, 2I)
   __nv_bfloat16* act = nullptr;        // (Tm, I)
@@ -60,16 +66,25 @@ struct WorkspaceBuffers {
   std::uint16_t* host_states = nullptr;   // (P, Tm, H) bf16 bits, targets of the capture copies
 };
 
+// What sizes a workspace.
+struct WorkspaceSize {
+  std::int64_t max_tokens = 0;  // Tm: the largest batch
+  std::int64_t max_points = 0;  // P: distinct capture points (0 on ranks that do not capture)
+  std::int64_t max_kept = 0;    // K: positions kept of a sample in flight (chunked prefill; 0: none)
+};
+
 class Workspace : public WorkspaceBuffers {
  public:
-  // Device bytes for batches of up to `max_tokens` tokens and `max_points` distinct capture points.
-  static std::size_t device_bytes(const LocalShape& shape, std::int64_t max_tokens, std::int64_t max_points);
+  // Device bytes of the buffers above.
+  static std::size_t device_bytes(const LocalShape& shape, const WorkspaceSize& size);
   // Pinned host bytes: batch metadata staging, MoE expert counts and the capture buffers.
-  static std::size_t pinned_bytes(const LocalShape& shape, std::int64_t max_tokens, std::int64_t max_points);
+  static std::size_t pinned_bytes(const LocalShape& shape, const WorkspaceSize& size);
   // int32 values of the per-batch metadata: ids (T) | pos (T) | flash tiles (2 * max tiles).
   static std::int64_t meta_ints(std::int64_t max_tokens);
+  // bf16 values kept per layer and position of the sample in flight (GQA 2 hkv hd, MLA kv_lora + rope).
+  static std::int64_t kept_row(const LocalShape& shape);
 
-  Workspace(const LocalShape& shape, std::int64_t max_tokens, std::int64_t max_points);
+  Workspace(const LocalShape& shape, const WorkspaceSize& size);
 
  private:
   DeviceMemory device_;
