@@ -49,8 +49,8 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "the group), 'intermediate' slices every expert along its intermediate size; shared experts and "
        "dense MLPs are always sliced")
       ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens),
-       "tokens packed into one forward pass; a longer sample runs in chunks (cpu backend; the cuda "
-       "backend refuses it)")
+       "tokens packed into one forward pass; a longer sample runs in chunks, the keys and values of "
+       "its earlier chunks kept")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products per rank (0 = all cores)")
       ("store-dtype", spelled(o.store_dtype, "bfloat16", io::parse_storage_dtype),
        "element type of /hidden_states: bfloat16 (the CUDA backend's bf16 states as they are; the CPU "

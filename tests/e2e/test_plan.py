@@ -95,6 +95,27 @@ class Plan(unittest.TestCase):
                                  ["rank exit 3"] * 8, small.stdout[-3000:] + small.stderr[-3000:])
                 shutil.rmtree(model)
 
+    def test_a_32k_sample_is_planned_in_chunks_on_80_gb_cards(self):
+        # Kimi-K2.5 at full width, 4 layers: one sample of 32768 tokens beside short ones runs in
+        # chunks of 4096; each rank's plan counts the kept latents and rope keys of the sample in
+        # flight (all 4 layers) and says how long a sample would still fit.
+        model = self.checkpoint("kimi-4", "--arch", "kimi-k2.5", "--layers", "4")
+        self.data.write_text(json.dumps({"input_ids": [1 + i % 1000 for i in range(32768)]}) + "\n" +
+                             "".join(json.dumps({"input_ids": list(range(1, 100))}) + "\n" for _ in range(8)))
+        r = self.extract(model, "--gpu-memory", "79", "--max-batch-tokens", "4096", "--calibrate-batches", "0")
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertIn("1 sample longer than a batch run in chunks (the longest: 32768 tokens)", r.stdout)
+        self.assertEqual(r.stdout.count("kept K/V   for samples of up to 32768 tokens, run in chunks of 4096"), 8)
+        self.assertEqual([v for _, _, v, _ in self.device_lines(r.stdout)], ["fits"] * 8)
+        # Per kept position (32767 of them): 4 layers x (kv_lora 512 + rope 64) bf16, and the key
+        # side's longer rows: latent 512, kv_b output 8 heads x (128 + 128), keys 8 x 192, values 8 x 128.
+        per_position = 4 * 576 * 2 + (512 + 8 * 256 + 8 * 192 + 8 * 128) * 2
+        want = f"{32767 * per_position / 2**30:.2f}"
+        self.assertEqual(re.findall(r"and kept K/V ([0-9.]+) GiB", r.stdout), [want] * 8, r.stdout)
+        longest = [int(n) for n in re.findall(r"longest +sample that fits beside batches of 4096 tokens: (\d+)", r.stdout)]
+        self.assertEqual(len(longest), 8, r.stdout)
+        self.assertTrue(all(n >= 32768 for n in longest), longest)
+
     def test_no_gpu_needs_gpu_memory(self):
         model = self.checkpoint("llama", "--arch", "llama-3.1-70b", "--layers", "2", "--vocab", "1024")
         r = self.extract(model, np_=1, tp=1, capture="0,1,final")

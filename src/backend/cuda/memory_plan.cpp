@@ -56,7 +56,7 @@ std::int64_t max_tokens_that_fit(const MemoryPlan& p, std::size_t free_bytes, co
 std::int64_t max_sample_that_fits(const MemoryPlan& p, std::size_t free_bytes, const CudaBackendOptions& o) {
   const std::size_t unkept = device_bytes_needed(p) - p.kept_bytes;
   if (unkept > free_bytes) return -1;
-  if (p.per_kept_bytes == 0) return kMaxBatchTokens;
+  if (p.per_kept_bytes == 0) return kMaxBatchTokens;  // (not reached: every model keeps something)
   const std::size_t positions = (free_bytes - unkept) / p.per_kept_bytes;  // kept: all but the last token
   return std::max<std::int64_t>(o.max_batch_tokens, std::int64_t(std::min<std::size_t>(positions, kMaxBatchTokens)) + 1);
 }
@@ -72,21 +72,22 @@ std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::
     r += cat("  scratch    ", gib(p.scratch_bytes), " (layer ", p.scratch_layer, "'s packed weights expanded to bf16)\n");
   r += cat("  workspace  ", gib(p.workspace_bytes), " at ", o.max_batch_tokens, " tokens (", p.per_token_bytes / 1024,
            " KiB per token), of which capture buffers ", gib(p.capture_bytes),
-           s.tp_rank == 0 ? cat(" (", o.max_capture_points, " points)") : std::string(" (not the writer: none)"), "\n");
+           s.tp_rank == 0 ? cat(" (", o.max_capture_points, " points)") : std::string(" (not the writer: none)"),
+           " and kept K/V ", gib(p.kept_bytes), "\n");
   const std::int64_t kept = max_kept_positions(o), longest = max_sample_that_fits(p, free_bytes, o);
-  r += cat("  kept K/V   ", gib(p.kept_bytes),
-           kept > 0 ? cat(" for samples of up to ", o.max_sample_tokens, " tokens, run in chunks of ", o.max_batch_tokens)
-                    : std::string(" (no sample is longer than a batch)"),
-           " (", p.per_kept_bytes / 1024, " KiB per kept position)\n");
+  r += cat("  kept K/V   ",
+           kept > 0 ? cat("for samples of up to ", o.max_sample_tokens, " tokens, run in chunks of ", o.max_batch_tokens)
+                    : std::string("none (no sample is longer than a batch)"),
+           "; ", p.per_kept_bytes / 1024, " KiB per position of a sample in flight\n");
   r += cat("  headroom   ", gib(kDeviceHeadroomBytes), " for cuBLASLt, the kernels and the context\n");
   r += cat("  device     ", gib(need), " of ", gib(free_bytes), need <= free_bytes ? ": fits" : ": does NOT fit",
            most == kMaxBatchTokens ? cat(" (", most, " tokens per batch, the most --max-batch-tokens allows, would fit)")
            : most >= 0             ? cat(" (up to ", most, " tokens per batch would fit)")
+           : p.kept_bytes > 0      ? std::string(" (not even the weights and the longest sample's kept K/V fit)")
                                    : std::string(" (not even the weights fit)"),
            "\n");
-  if (longest >= 0)
-    r += cat("  longest    sample that fits beside batches of ", o.max_batch_tokens, " tokens: ",
-             longest == kMaxBatchTokens + 1 ? cat("any (", kMaxBatchTokens, "+)") : cat(longest), " tokens\n");
+  r += cat("  longest    sample that fits beside batches of ", o.max_batch_tokens, " tokens: ",
+           longest < 0 ? std::string("none (a batch of that size does not fit)") : cat(longest, " tokens"), "\n");
   return r;
 }
 
@@ -94,8 +95,10 @@ void check_fits(const MemoryPlan& p, std::size_t free_bytes, const std::string& 
   const std::size_t need = device_bytes_needed(p);
   if (need <= free_bytes) return;
   const std::int64_t most = max_tokens_that_fit(p, free_bytes, o);
-  const std::string fits = most >= 0 ? cat("at most ", most, " tokens per batch would fit")
-                                     : std::string("even the weights alone do not fit");
+  const std::string fits = most >= 0          ? cat("at most ", most, " tokens per batch would fit")
+                           : p.kept_bytes > 0 ? std::string("even the weights and the longest sample's kept keys and "
+                                                            "values alone do not fit")
+                                              : std::string("even the weights alone do not fit");
   const std::string weights =
       p.packed_bytes > 0 ? cat(" (this rank's tensor-parallel slice: ", gib(p.packed_bytes), " packed as the checkpoint "
                                "stores them, the rest bf16) + dequantization scratch ", gib(p.scratch_bytes),
