@@ -250,18 +250,12 @@ class ThreadAllReduce final : public DeviceAllReduce {
   int rank_;
 };
 
-int golden_tp(const std::string& name, int tp) {
-  const fs::path dir = fixture(name);
-  const ModelConfig cfg = load_model_config((dir / "config.json").string());
-  const Checkpoint ckpt(checkpoint_files(dir.string()));
-  const FixtureReference ref = test::load_fixture_reference((dir / "reference.safetensors").string(), cfg.num_layers, cfg.hidden_size);
-  const CapturePlan plan = all_points(cfg.num_layers);
-  const std::vector<Batch> batches = golden_batches(ref);
+// Runs body(rank, comm) for ranks 0..tp-1 on threads of one ThreadAllReduce group, each on the
+// current device; prints and counts the ranks that threw (a failed rank drops out of the group).
+int run_ranks(int tp, const std::string& label, const std::function<void(int, ThreadAllReduce&)>& body) {
   int device = 0;
   LT_CUDA_CHECK(cudaGetDevice(&device));
-
   ThreadAllReduce::Group group(tp);
-  std::vector<std::vector<States>> results(static_cast<std::size_t>(tp));
   std::vector<std::string> errors(static_cast<std::size_t>(tp));
   std::vector<std::thread> ranks;
   for (int r = 0; r < tp; ++r) {
@@ -269,11 +263,7 @@ int golden_tp(const std::string& name, int tp) {
       ThreadAllReduce comm(group, r);
       try {
         LT_CUDA_CHECK(cudaSetDevice(device));
-        cuda::CudaBackendOptions o;
-        o.max_batch_tokens = total_tokens(ref);
-        o.max_capture_points = int64_t(plan.points.size());
-        cuda::CudaBackend backend(cfg, load_weights(ckpt, cfg, TpShard{r, tp}), comm, o);
-        for (const Batch& b : batches) results[std::size_t(r)].push_back(backend.forward(b.packed, plan, DType::BF16));
+        body(r, comm);
       } catch (const std::exception& e) {
         errors[std::size_t(r)] = e.what();
         comm.drop();
@@ -282,12 +272,29 @@ int golden_tp(const std::string& name, int tp) {
   }
   for (std::thread& t : ranks) t.join();
   int fails = 0;
-  for (int r = 0; r < tp; ++r) {
+  for (int r = 0; r < tp; ++r)
     if (!errors[std::size_t(r)].empty()) {
-      std::printf("FAIL %s tp=%d rank %d: %s\n", name.c_str(), tp, r, errors[std::size_t(r)].c_str());
+      std::printf("FAIL %s rank %d: %s\n", label.c_str(), r, errors[std::size_t(r)].c_str());
       ++fails;
     }
-  }
+  return fails;
+}
+
+int golden_tp(const std::string& name, int tp) {
+  const fs::path dir = fixture(name);
+  const ModelConfig cfg = load_model_config((dir / "config.json").string());
+  const Checkpoint ckpt(checkpoint_files(dir.string()));
+  const FixtureReference ref = test::load_fixture_reference((dir / "reference.safetensors").string(), cfg.num_layers, cfg.hidden_size);
+  const CapturePlan plan = all_points(cfg.num_layers);
+  const std::vector<Batch> batches = golden_batches(ref);
+  std::vector<std::vector<States>> results(static_cast<std::size_t>(tp));
+  int fails = run_ranks(tp, cat(name, " tp=", tp), [&](int r, ThreadAllReduce& comm) {
+    cuda::CudaBackendOptions o;
+    o.max_batch_tokens = total_tokens(ref);
+    o.max_capture_points = int64_t(plan.points.size());
+    cuda::CudaBackend backend(cfg, load_weights(ckpt, cfg, TpShard{r, tp}), comm, o);
+    for (const Batch& b : batches) results[std::size_t(r)].push_back(backend.forward(b.packed, plan, DType::BF16));
+  });
   if (fails != 0) return fails;
   for (int r = 1; r < tp; ++r) {
     for (const States& s : results[std::size_t(r)]) {
@@ -406,49 +413,28 @@ int golden_moe(const std::string& name, int tp, MoeSplit split) {
     fails += ok ? 0 : 1;
   }
 
-  int device = 0;
-  LT_CUDA_CHECK(cudaGetDevice(&device));
-  ThreadAllReduce::Group group(tp);
   std::vector<std::vector<States>> forced(static_cast<std::size_t>(tp)), free_run(static_cast<std::size_t>(tp));
-  std::vector<std::string> errors(static_cast<std::size_t>(tp));
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < tp; ++r) {
-    ranks.emplace_back([&, r] {
-      ThreadAllReduce comm(group, r);
-      try {
-        LT_CUDA_CHECK(cudaSetDevice(device));
-        cuda::CudaBackendOptions o;
-        o.max_batch_tokens = total_tokens(ref);
-        o.max_capture_points = int64_t(plan.points.size());
-        o.moe_split = split;
-        cuda::CudaProbe probe;  // the forced routing of each batch
-        o.probe = &probe;
-        // packed: the production path (the load plan from the checkpoint); else float32 host slices.
-        auto backend = packed ? std::make_unique<cuda::CudaBackend>(cfg, ckpt, comm, o)
-                              : std::make_unique<cuda::CudaBackend>(cfg, load_weights(ckpt, cfg, TpShard{r, tp, split}),
-                                                                    comm, o);
-        if (r == 0) std::printf("     %s: %s\n", label.c_str(), backend->description().c_str());
-        for (std::size_t b = 0; b < batches.size(); ++b) {
-          probe.forced_experts = routing[b].experts;
-          probe.forced_weights = routing[b].weights;
-          forced[std::size_t(r)].push_back(backend->forward(batches[b].packed, plan, DType::BF16));
-          probe.forced_experts.clear();
-          probe.forced_weights.clear();
-          free_run[std::size_t(r)].push_back(backend->forward(batches[b].packed, plan, DType::BF16));
-        }
-      } catch (const std::exception& e) {
-        errors[std::size_t(r)] = e.what();
-        comm.drop();
-      }
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  for (int r = 0; r < tp; ++r) {
-    if (!errors[std::size_t(r)].empty()) {
-      std::printf("FAIL %s rank %d: %s\n", label.c_str(), r, errors[std::size_t(r)].c_str());
-      ++fails;
+  fails += run_ranks(tp, label, [&](int r, ThreadAllReduce& comm) {
+    cuda::CudaBackendOptions o;
+    o.max_batch_tokens = total_tokens(ref);
+    o.max_capture_points = int64_t(plan.points.size());
+    o.moe_split = split;
+    cuda::CudaProbe probe;  // the forced routing of each batch
+    o.probe = &probe;
+    // packed: the production path (the load plan from the checkpoint); else float32 host slices.
+    auto backend = packed ? std::make_unique<cuda::CudaBackend>(cfg, ckpt, comm, o)
+                          : std::make_unique<cuda::CudaBackend>(cfg, load_weights(ckpt, cfg, TpShard{r, tp, split}),
+                                                                comm, o);
+    if (r == 0) std::printf("     %s: %s\n", label.c_str(), backend->description().c_str());
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      probe.forced_experts = routing[b].experts;
+      probe.forced_weights = routing[b].weights;
+      forced[std::size_t(r)].push_back(backend->forward(batches[b].packed, plan, DType::BF16));
+      probe.forced_experts.clear();
+      probe.forced_weights.clear();
+      free_run[std::size_t(r)].push_back(backend->forward(batches[b].packed, plan, DType::BF16));
     }
-  }
+  });
   if (fails != 0) return fails;
   fails += compare_golden(label + " forced", cfg, ref, plan, batches, forced[0]);
   fails += compare_golden(label + " own", cfg, ref, plan, batches, free_run[0], /*enforce=*/false);
@@ -497,8 +483,6 @@ int chunked_matches_whole(const std::string& name, int tp, MoeSplit split, const
     routing = reference_routing(cfg, load_weights(ckpt, cfg, {}), whole.packed, final_state);
   }
   const int64_t k = cfg.moe ? cfg.moe->experts_per_token : 0;
-  int device = 0;
-  LT_CUDA_CHECK(cudaGetDevice(&device));
   int fails = 0;
   // budget 0: the unchunked run (one batch of all samples), the others' yardstick.
   std::vector<int64_t> runs{0};
@@ -509,54 +493,33 @@ int chunked_matches_whole(const std::string& name, int tp, MoeSplit split, const
     const std::vector<job::Batch> batches = job::plan_batches(lengths, 0, batch_tokens);
     const std::string label = cat(name, " tp=", tp, tp > 1 ? cat(" ", moe_split_name(split)) : std::string(),
                                   budget > 0 ? cat(" chunks of ", budget) : std::string(" whole"));
-    ThreadAllReduce::Group group(tp);
     States joined(plan.points.size());
-    std::vector<std::string> errors(static_cast<std::size_t>(tp));
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < tp; ++r) {
-      ranks.emplace_back([&, r] {
-        ThreadAllReduce comm(group, r);
-        try {
-          LT_CUDA_CHECK(cudaSetDevice(device));
-          cuda::CudaBackendOptions o;
-          o.max_batch_tokens = batch_tokens;
-          o.max_sample_tokens = longest;
-          o.max_capture_points = int64_t(plan.points.size());
-          o.moe_split = split;
-          cuda::CudaProbe probe;
-          o.probe = &probe;
-          auto backend = packed ? std::make_unique<cuda::CudaBackend>(cfg, ckpt, comm, o)
-                                : std::make_unique<cuda::CudaBackend>(
-                                      cfg, load_weights(ckpt, cfg, TpShard{r, tp, split}), comm, o);
-          job::ChunkJoiner joiner(cfg.hidden_size * 2);
-          for (const job::Batch& b : batches) {
-            const PackedBatch pb =
-                job::pack_batch(b, lengths, [&](std::size_t i) -> const auto& { return ref.tokens[i]; });
-            if (cfg.moe) {
-              const HostRouting mine = routing_of(routing, whole.packed, b, k);
-              probe.forced_experts = mine.experts;
-              probe.forced_weights = mine.weights;
-            }
-            const States states = joiner.join(b, lengths, backend->forward(pb, plan, DType::BF16));
-            if (r != 0) continue;
-            for (std::size_t p = 0; p < states.size(); ++p)
-              joined[p].insert(joined[p].end(), states[p].begin(), states[p].end());
-          }
-        } catch (const std::exception& e) {
-          errors[std::size_t(r)] = e.what();
-          comm.drop();
+    const int failed = run_ranks(tp, label, [&](int r, ThreadAllReduce& comm) {
+      cuda::CudaBackendOptions o;
+      o.max_batch_tokens = batch_tokens;
+      o.max_sample_tokens = longest;
+      o.max_capture_points = int64_t(plan.points.size());
+      o.moe_split = split;
+      cuda::CudaProbe probe;
+      o.probe = &probe;
+      auto backend = packed ? std::make_unique<cuda::CudaBackend>(cfg, ckpt, comm, o)
+                            : std::make_unique<cuda::CudaBackend>(cfg, load_weights(ckpt, cfg, TpShard{r, tp, split}),
+                                                                  comm, o);
+      job::ChunkJoiner joiner(cfg.hidden_size * 2);
+      for (const job::Batch& b : batches) {
+        const PackedBatch pb = job::pack_batch(b, lengths, [&](std::size_t i) -> const auto& { return ref.tokens[i]; });
+        if (cfg.moe) {
+          const HostRouting mine = routing_of(routing, whole.packed, b, k);
+          probe.forced_experts = mine.experts;
+          probe.forced_weights = mine.weights;
         }
-      });
-    }
-    for (std::thread& t : ranks) t.join();
-    bool failed = false;
-    for (int r = 0; r < tp; ++r)
-      if (!errors[std::size_t(r)].empty()) {
-        std::printf("FAIL %s rank %d: %s\n", label.c_str(), r, errors[std::size_t(r)].c_str());
-        failed = true;
+        const States states = joiner.join(b, lengths, backend->forward(pb, plan, DType::BF16));
+        if (r != 0) continue;
+        for (std::size_t p = 0; p < states.size(); ++p) joined[p].insert(joined[p].end(), states[p].begin(), states[p].end());
       }
-    if (failed) {
-      ++fails;
+    });
+    if (failed != 0) {
+      fails += failed;
       continue;
     }
     fails += compare_golden(label, cfg, ref, plan, {whole}, {joined});
