@@ -51,6 +51,10 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
       ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens),
        "tokens packed into one forward pass; a longer sample runs in chunks, the keys and values of "
        "its earlier chunks kept")
+      ("max-sample-tokens", po::value(&o.max_sample_tokens)->default_value(o.max_sample_tokens),
+       "the longest sample the run takes, which sizes the keys and values kept of a sample run in chunks "
+       "(0 = the longest in the data); a longer sample is refused naming its line, and so is a value beyond "
+       "the model's max_position_embeddings")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads for matrix products per rank (0 = all cores)")
       ("store-dtype", spelled(o.store_dtype, "bfloat16", io::parse_storage_dtype),
        "element type of /hidden_states: bfloat16 (the CUDA backend's bf16 states as they are; the CPU "
@@ -133,6 +137,8 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   // Bounded so that every buffer sized from it (tokens x hidden x points x bytes) fits 64 bits.
   LT_CHECK(o.max_batch_tokens > 0 && o.max_batch_tokens <= kMaxBatchTokens, "--max-batch-tokens must be in [1, ",
            kMaxBatchTokens, "], got ", o.max_batch_tokens);
+  LT_CHECK(o.max_sample_tokens >= 0 && o.max_sample_tokens <= kMaxBatchTokens, "--max-sample-tokens must be in [0, ",
+           kMaxBatchTokens, "], got ", o.max_sample_tokens);
   LT_CHECK(o.threads >= 0, "--threads must be 0 or positive, got ", o.threads);
   // Bounded so that the size in bytes (MiB << 20) cannot overflow: 1 TiB shards are already unwieldy.
   LT_CHECK(o.shard_size_mib > 0 && o.shard_size_mib <= (int64_t(1) << 20), "--shard-size-mib must be in [1, ",

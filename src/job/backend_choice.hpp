@@ -22,7 +22,8 @@ namespace layertap::job {
 // What a rank is asked to hold, beyond the model: the settings that size its buffers.
 struct RankLoad {
   int64_t max_batch_tokens = 0;
-  int64_t max_sample_tokens = 0;  // the longest sample of the rank's share (longer than a batch: run in chunks)
+  int64_t max_sample_tokens = 0;  // --max-sample-tokens, or the longest sample of the rank's share (longer than
+                                  // a batch: run in chunks, its earlier chunks' keys and values kept)
   int64_t capture_points = 0;  // of the plan; only the group's writer (TP rank 0) holds capture buffers
   int64_t dataset_bytes = 0;   // this rank's share of the parsed dataset
   double gpu_memory_gib = 0;   // --gpu-memory (0: the device's free memory)

@@ -26,9 +26,17 @@ class CpuBackendChoice final : public BackendChoice {
                                      c.moe ? c.moe->expert_intermediate_size * c.moe->experts_per_token : 0});
     const int64_t row = checked_add(checked_mul(load.capture_points, c.hidden_size, "activations"),
                                     checked_mul(8, widest, "activations"), "activations");
-    return {{{"float32 weights", host_weight_bytes(c, shard_)},
-             {"activations", checked_product({load.max_batch_tokens, 4, row}, "a batch's activations")},
-             {"dataset share", load.dataset_bytes}}};
+    // Chunked prefill keeps, per layer and position of the sample in flight: K and V of the rank's
+    // kv heads (GQA) or the normed latent and the rope key (MLA), in float32.
+    const int64_t kv_heads = std::max<int64_t>(1, c.num_kv_heads / shard_.size);
+    const int64_t kept_row = c.mla ? c.mla->kv_lora_rank + c.mla->qk_rope_head_dim : 2 * kv_heads * c.head_dim;
+    const int64_t kept = load.max_sample_tokens > load.max_batch_tokens ? load.max_sample_tokens - 1 : 0;
+    HostPlan plan{{{"float32 weights", host_weight_bytes(c, shard_)},
+                   {"activations", checked_product({load.max_batch_tokens, 4, row}, "a batch's activations")},
+                   {"dataset share", load.dataset_bytes}}};
+    if (kept > 0)
+      plan.parts.push_back({"kept keys and values", checked_product({kept, c.num_layers, kept_row, 4}, "kept rows")});
+    return plan;
   }
 
   RankPlan describe_plan(const Checkpoint&, MpiGroups&, const RankLoad& load) const override {

@@ -58,11 +58,17 @@ std::vector<int64_t> lengths_of(const std::vector<io::Sample>& samples) {
 
 // The same error on every rank, before any sample is parsed for the run.
 void check_sample_lengths(const io::DatasetIndex& index, const std::string& path, const SampleLimits& limits) {
+  LT_CHECK(limits.max_positions <= 0 || limits.max_sample_tokens <= limits.max_positions, "--max-sample-tokens ",
+           limits.max_sample_tokens, " is more than the model's max_position_embeddings ", limits.max_positions,
+           " (config.json)");
   for (std::size_t i = 0; i < index.samples.size(); ++i) {
     const io::SampleSpan& s = index.samples[i];
     LT_CHECK(limits.max_positions <= 0 || s.tokens <= limits.max_positions, "dataset '", path, "' line ", s.line,
              " (sample ", i, ") has ", s.tokens, " tokens, more than the model's max_position_embeddings ",
              limits.max_positions, " (config.json)");
+    LT_CHECK(limits.max_sample_tokens <= 0 || s.tokens <= limits.max_sample_tokens, "dataset '", path, "' line ",
+             s.line, " (sample ", i, ") has ", s.tokens, " tokens, more than --max-sample-tokens ",
+             limits.max_sample_tokens);
     LT_CHECK(limits.chunks || s.tokens <= limits.max_batch_tokens, "dataset '", path, "' line ", s.line, " (sample ",
              i, ") has ", s.tokens, " tokens, more than --max-batch-tokens ", limits.max_batch_tokens,
              "; raise --max-batch-tokens (this backend does not run a sample in chunks)");

@@ -23,11 +23,13 @@ struct SampleLimits {
   int64_t max_batch_tokens = 0;
   bool chunks = false;        // the backend runs longer samples in chunks (chunked prefill)
   int64_t max_positions = 0;  // the config's max_position_embeddings; 0: not given
+  int64_t max_sample_tokens = 0;  // --max-sample-tokens; 0: not given
 };
 
 // Every sample can run: the same error on every rank, naming the line, before any weight is read.
 // Longer than max_batch_tokens it runs in chunks where the backend chunks, else it is refused;
-// longer than the model's max_position_embeddings it is refused either way.
+// longer than the model's max_position_embeddings or --max-sample-tokens it is refused either way,
+// and so is a --max-sample-tokens beyond max_position_embeddings.
 void check_sample_lengths(const io::DatasetIndex& index, const std::string& path, const SampleLimits& limits);
 
 // Tokens [begin, end) of the sample at position `sample` of the rank's share.

@@ -281,7 +281,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       o.data, cfg, o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())), lead);
   const io::DatasetIndex& index = run.index;
   check_sample_lengths(index, o.data,
-                       {o.max_batch_tokens, backend_choice.chunks_long_samples(), cfg.max_position_embeddings});
+                       {o.max_batch_tokens, backend_choice.chunks_long_samples(), cfg.max_position_embeddings,
+                        o.max_sample_tokens});
   if (lead)
     log_info("dataset ", o.data, " indexed in ", seconds_since(t_start), " s: ", index.samples.size(), " samples, ",
              index.total_tokens(), " tokens");
@@ -297,7 +298,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
                                     ? *std::max_element(lengths.begin() + long(first_sample),
                                                         lengths.begin() + long(last_sample))
                                     : 0;
-  run.load = RankLoad{o.max_batch_tokens, group_longest, int64_t(plan.points.size()),
+  run.load = RankLoad{o.max_batch_tokens, o.max_sample_tokens > 0 ? o.max_sample_tokens : group_longest,
+                      int64_t(plan.points.size()),
                       group_tokens * 5 + int64_t(last_sample - first_sample) * 128, o.gpu_memory_gib};
   run.host_problem = host_memory_problem(backend_choice, run.load);  // collective
   LT_CHECK(o.dry_run || run.host_problem.empty(), run.host_problem);

@@ -29,6 +29,7 @@ struct ExtractOptions {
   int tp = 1;                    // tensor-parallel group size; world size / tp data-parallel groups
   MoeSplit moe_split = MoeSplit::Experts;  // routed experts over the TP group
   int64_t max_batch_tokens = 8192;
+  int64_t max_sample_tokens = 0;  // the longest sample taken (sizes the kept keys and values); 0: the data's longest
   int threads = 0;               // OpenBLAS threads per rank; 0 = library default
   DType store_dtype = DType::BF16;  // BF16 | F32 | F8_E4M3
   io::Compression compress;         // of /hidden_states

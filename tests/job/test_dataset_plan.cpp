@@ -116,6 +116,13 @@ TEST(CheckSampleLengths, NamesTheLineOfTheFirstSampleOverTheBudget) {
             std::string::npos)
       << m;
   EXPECT_NO_THROW(check_sample_lengths(index, "d.jsonl", {8, true, 12}));
+  m = message({8, true, 0, 10});  // --max-sample-tokens: chunks up to it, beyond it refused
+  EXPECT_NE(m.find("'d.jsonl' line 4 (sample 2) has 12 tokens, more than --max-sample-tokens 10"), std::string::npos)
+      << m;
+  EXPECT_NO_THROW(check_sample_lengths(index, "d.jsonl", {8, true, 100, 12}));
+  m = message({8, true, 100, 101});  // a bound the model's positions cannot reach
+  EXPECT_NE(m.find("--max-sample-tokens 101 is more than the model's max_position_embeddings 100"), std::string::npos)
+      << m;
 }
 
 }  // namespace layertap::job
