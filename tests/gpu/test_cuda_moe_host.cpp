@@ -300,13 +300,21 @@ void synthetic_models() {
   o.max_capture_points = 4;
   const cuda::MemoryPlan p = cuda::plan_memory(s, o);
   // INT4 per expert matrix (2048 x 7168 or 7168 x 2048): 7340032 bytes of words + 917504 of bf16
-  // scales; 3 per expert, 48 experts, 60 MoE layers. Scratch: one layer's 48 experts in bf16.
+  // scales; 3 per expert, 48 experts, 60 MoE layers. Scratch: slots for the experts of a group in
+  // bf16, 6 in the default 512 MiB (84 MiB each); nothing else of Kimi-K2.5 is packed.
   const std::size_t packed = std::size_t(60) * 48 * 3 * (7340032 + 917504);
-  const std::size_t scratch = std::size_t(48) * 3 * 2048 * 7168 * 2;
+  const std::size_t expert = std::size_t(3) * 2048 * 7168 * 2;
   const double gib = double(std::size_t(1) << 30);
-  check(p.packed_bytes == packed && p.scratch_bytes == scratch && p.scratch_layer == 1,
+  check(p.packed_bytes == packed && p.scratch_bytes == 6 * expert && p.expert_scratch_bytes == expert &&
+            p.expert_group == 6 && p.scratch_layer == -1,
         cat("kimi-k2.5 rank 0 of 8: packed ", p.packed_bytes, " = ", packed, " bytes (", double(packed) / gib,
-            " GiB), scratch ", p.scratch_bytes, " = ", scratch, " (layer ", p.scratch_layer, ")"));
+            " GiB), scratch ", p.scratch_bytes, " = 6 x ", expert, " (", p.expert_group, " experts at a time, layer ",
+            p.scratch_layer, ")"));
+  cuda::CudaBackendOptions roomy = o;  // slots for all 48: one layer's experts at once
+  roomy.expert_scratch_bytes = 48 * expert;
+  const cuda::MemoryPlan all = cuda::plan_memory(s, roomy);
+  check(all.scratch_bytes == 48 * expert && all.expert_group == 48,
+        cat("kimi-k2.5 rank 0 of 8 with room for 48 experts: scratch ", all.scratch_bytes, " = 48 x ", expert));
   const double total = double(p.weight_bytes + p.scratch_bytes + p.workspace_bytes + cuda::kDeviceHeadroomBytes) / gib;
   check(total < 125.0, cat("kimi-k2.5 rank 0 of 8 with 16384-token batches needs ", total,
                            " GiB (weights ", double(p.weight_bytes) / gib, ", workspace ",

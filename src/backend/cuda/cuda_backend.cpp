@@ -85,7 +85,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
       comm_(comm),
       options_(options),
       device_(current_device()),
-      shape_(rank_shape(config, TpShard{comm.rank(), comm.size(), options.moe_split}, host, ckpt)),
+      shape_(with_expert_group(rank_shape(config, TpShard{comm.rank(), comm.size(), options.moe_split}, host, ckpt),
+                               options)),
       memory_(plan_memory(shape_, options)) {
   LT_CHECK(int64_t(config_.sliding_window.size()) == shape_.layers, "cuda backend: config has ",
            config_.sliding_window.size(), " sliding-window entries for ", shape_.layers, " layers");
@@ -324,12 +325,8 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   wait_for_event(counts_ready_.get(), comm_, options_.timeout_s, "MoE routing");
   std::int64_t rows = 0, busiest = 0;
   for (std::int64_t e = 0; e < n; ++e) {
-    const std::int64_t c = w.host_counts[e];
-    if (c > 0)
-      gemm_->linear(w.gu_perm + rows * 2 * Ie, w.x_perm + rows * H, m.gate_up[std::size_t(e)].w, nullptr, c, 2 * Ie,
-                    H, s);  // (c, 2 Ie)
-    rows += c;
-    busiest = std::max(busiest, c);
+    rows += w.host_counts[e];
+    busiest = std::max<std::int64_t>(busiest, w.host_counts[e]);
   }
   LT_CHECK(rows <= shape_.max_routed_rows(T), "cuda backend: ", rows, " routed rows exceed the buffers' ",
            shape_.max_routed_rows(T));
@@ -337,14 +334,26 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
     options_.probe->moe_rows[std::size_t(layer)] = rows;
     options_.probe->moe_busiest[std::size_t(layer)] = busiest;
   }
-  kernels::swiglu(w.act_perm, w.gu_perm, rows, Ie, s);  // (rows, Ie)
-  rows = 0;
-  for (std::int64_t e = 0; e < n; ++e) {
-    const std::int64_t c = w.host_counts[e];
-    if (c > 0)
-      gemm_->linear(w.y_perm + rows * H, w.act_perm + rows * Ie, m.down[std::size_t(e)].w, nullptr, c, H, Ie,
-                    s);  // (c, H)
-    rows += c;
+  // A group of experts at a time (packed ones expanded into their slots of the scratch, the
+  // previous group's overwritten: the stream orders it after that group's products).
+  const std::int64_t group = weights_->sizes().expert_group > 0 ? weights_->sizes().expert_group : n;
+  std::int64_t r0 = 0;  // first row of the group
+  for (std::int64_t e0 = 0; e0 < n; e0 += group) {
+    const std::int64_t e1 = std::min(n, e0 + group);
+    std::int64_t r1 = r0;
+    for (std::int64_t e = e0; e < e1; ++e) r1 += w.host_counts[e];
+    if (r1 == r0) continue;  // no token chose these experts: nothing to expand or multiply
+    weights_->dequantize_experts(layer, e0, e1, s);
+    for (std::int64_t e = e0, r = r0; e < e1; r += w.host_counts[e], ++e)
+      if (w.host_counts[e] > 0)
+        gemm_->linear(w.gu_perm + r * 2 * Ie, w.x_perm + r * H, m.gate_up[std::size_t(e)].w, nullptr,
+                      w.host_counts[e], 2 * Ie, H, s);  // (c, 2 Ie)
+    kernels::swiglu(w.act_perm + r0 * Ie, w.gu_perm + r0 * 2 * Ie, r1 - r0, Ie, s);  // (rows of the group, Ie)
+    for (std::int64_t e = e0, r = r0; e < e1; r += w.host_counts[e], ++e)
+      if (w.host_counts[e] > 0)
+        gemm_->linear(w.y_perm + r * H, w.act_perm + r * Ie, m.down[std::size_t(e)].w, nullptr, w.host_counts[e], H,
+                      Ie, s);  // (c, H)
+    r0 = r1;
   }
   // delta (T, H) = sum over the pairs on this rank of weight * expert output, + the shared slice.
   kernels::moe_combine(w.delta, w.y_perm, w.slot, w.route_weights, Is > 0 ? w.shared_out : nullptr, T, k, H, s);

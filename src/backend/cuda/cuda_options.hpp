@@ -32,6 +32,9 @@ struct CudaBackendOptions {
   MoeSplit moe_split = MoeSplit::Experts;  // how the routed experts are laid out over the TP group
   bool profile_layers = false;           // time each decoder layer (CudaProbe::layer_ms) with events
   std::size_t memory_limit = 0;          // use at most this much device memory (--gpu-memory); 0: all that is free
+  // The slots packed routed experts are expanded into (bf16), a group of experts at a time; at
+  // least one expert's.
+  std::size_t expert_scratch_bytes = std::size_t(512) << 20;
   LoaderOptions loader;                  // reading the checkpoint (threads, staging ring)
   CudaProbe* probe = nullptr;            // benchmarks and tests only: routing hooks, per-layer figures
 };

@@ -60,7 +60,13 @@ class Recorder {
 class Placer {
  public:
   Placer(Recorder& resident, Arena& scratch, const LocalShape& s, std::vector<PackedPiece>& pieces)
-      : rec_(resident), res_(resident.arena()), scr_(scratch), s_(s), pieces_(pieces) {}
+      : rec_(resident), res_(resident.arena()), scr_(&scratch), s_(s), pieces_(pieces) {}
+
+  // Where the next Linears' expansions go, and the routed expert they belong to (-1: none).
+  void expand_into(Arena& scratch, std::int64_t expert) {
+    scr_ = &scratch;
+    expert_ = expert;
+  }
 
   // A Linear whose rows are the slices `parts` stacked (q/k/v, gate/up), all stored alike.
   DeviceLinear linear(const std::vector<const LinearSlice*>& parts) {
@@ -85,7 +91,7 @@ class Placer {
       }
     } else {
       l.packed = true;
-      l.w = scr_.take<bf16>(l.out * l.in);
+      l.w = scr_->take<bf16>(l.out * l.in);
       std::int64_t row = 0;
       for (const LinearSlice* slice : parts) {
         const LinearSlice& p = *slice;
@@ -118,6 +124,7 @@ class Placer {
         rec_.add(Placement::Fill::PackedScales, p.module, false, p.out_full, p.in_full, p.win,
                  std::size_t(pc.scale_bytes), 0, true);
         pc.dst = l.w != nullptr ? l.w + row * l.in : nullptr;
+        pc.expert = expert_;
         row += pc.rows;
         pieces_.push_back(std::move(pc));
       }
@@ -139,26 +146,29 @@ class Placer {
  private:
   Recorder& rec_;
   Arena& res_;
-  Arena& scr_;
+  Arena* scr_;
+  std::int64_t expert_ = -1;
   const LocalShape& s_;
   std::vector<PackedPiece>& pieces_;
 };
 
 }  // namespace
 
-void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scratch_capacity, const LocalShape& s) {
+void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& counted, const LocalShape& s) {
   const ModelSlices top = s.model_slices();
   placements_.clear();
   Recorder rec(res, placements_);
   embed = rec.matrix(Placement::Fill::Bf16, top.embed, s.vocab, s.hidden);
   final_norm = rec.vector(top.final_norm.tensor, top.final_norm.size);
   layers.assign(std::size_t(s.layers), DeviceLayer{});
-  sizes_.scratch = 0;
-  sizes_.scratch_layer = -1;
+  sizes_ = Sizes{};
+  // The scratch: [the layer's part (counted.layer_scratch) | expert_group slots of expert_scratch].
+  const std::size_t slots_at = (counted.layer_scratch + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign;
+  const std::size_t slot_bytes = (counted.expert_scratch + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign;
   for (std::int64_t i = 0; i < s.layers; ++i) {
     const LayerSlices ls = s.layer_slices(i);
     DeviceLayer& l = layers[std::size_t(i)];
-    Arena scr = scratch_base != nullptr ? Arena(scratch_base, scratch_capacity) : Arena();
+    Arena scr = scratch_base != nullptr ? Arena(scratch_base, counted.layer_scratch) : Arena();
     Placer put(rec, scr, s, l.packed);
     const auto vector = [&](const VectorSlice& v) { return rec.vector(v.tensor, v.size); };
     l.input_norm = vector(ls.input_norm);
@@ -199,14 +209,32 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scrat
       if (m.score_bias) e.score_bias = rec.float32(*m.score_bias, m.experts);
       e.gate_up.resize(m.routed.size());
       e.down.resize(m.routed.size());
-      for (std::size_t x = 0; x < m.routed.size(); ++x) mlp(m.routed[x], e.gate_up[x], e.down[x]);
+      const std::int64_t group = s.expert_group > 0 ? s.expert_group : std::int64_t(m.routed.size());
+      sizes_.expert_group = std::max(sizes_.expert_group, std::min(group, std::int64_t(m.routed.size())));
+      for (std::size_t x = 0; x < m.routed.size(); ++x) {
+        Arena slot = scratch_base != nullptr
+                         ? Arena(scratch_base + slots_at + std::size_t(std::int64_t(x) % group) * slot_bytes,
+                                 counted.expert_scratch)
+                         : Arena();
+        put.expand_into(slot, std::int64_t(x));
+        mlp(m.routed[x], e.gate_up[x], e.down[x]);
+        sizes_.expert_scratch = std::max(sizes_.expert_scratch, slot.used());
+      }
+      put.expand_into(scr, -1);
       if (m.shared) mlp(*m.shared, e.shared_gate_up, e.shared_down);
     }
-    if (scr.used() > sizes_.scratch) {
-      sizes_.scratch = scr.used();
+    if (scr.used() > sizes_.layer_scratch) {
+      sizes_.layer_scratch = scr.used();
       sizes_.scratch_layer = i;
     }
   }
+  if (sizes_.expert_scratch == 0) sizes_.expert_group = 0;
+  sizes_.scratch = sizes_.expert_scratch == 0
+                       ? sizes_.layer_scratch
+                       : (sizes_.layer_scratch + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign +
+                             std::size_t(sizes_.expert_group - 1) *
+                                 ((sizes_.expert_scratch + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign) +
+                             sizes_.expert_scratch;
   sizes_.resident = res.used();
   sizes_.packed = 0;
   for (const DeviceLayer& l : layers)
@@ -217,7 +245,7 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, std::size_t scrat
 DeviceWeights DeviceWeights::layout(const LocalShape& shape) {
   Arena counter;
   DeviceWeights w;
-  w.place(counter, nullptr, 0, shape);
+  w.place(counter, nullptr, Sizes{}, shape);
   return w;
 }
 
@@ -234,21 +262,34 @@ DeviceWeights DeviceWeights::allocate(const LocalShape& shape) {
   // byte and holds nothing of the memory's previous contents.
   if (need.resident > 0) LT_CUDA_CHECK(cudaMemset(w.memory_.data(), 0, need.resident));
   Arena arena(w.memory_.data(), w.memory_.bytes());
-  w.place(arena, w.scratch_.data(), w.scratch_.bytes(), shape);
+  w.place(arena, w.scratch_.data(), need, shape);
   return w;
 }
 
-void DeviceWeights::dequantize(std::int64_t layer, cudaStream_t stream) const {
-  for (const PackedPiece& p : layers[std::size_t(layer)].packed) {
-    if (p.storage.kind == LinearStorage::Kind::Fp8Block) {
-      kernels::dequantize_fp8_block(p.dst, reinterpret_cast<const std::uint8_t*>(p.data),
-                                    reinterpret_cast<const float*>(p.scales), p.rows, p.cols, p.block_rows,
-                                    p.block_cols, p.row_phase, p.col_phase, stream);
-    } else {
-      kernels::dequantize_int4_group(p.dst, reinterpret_cast<const std::uint32_t*>(p.data), p.scales, p.storage.scale,
-                                     p.rows, p.cols, p.group, stream);
-    }
+namespace {
+void expand(const PackedPiece& p, cudaStream_t stream) {
+  if (p.storage.kind == LinearStorage::Kind::Fp8Block) {
+    kernels::dequantize_fp8_block(p.dst, reinterpret_cast<const std::uint8_t*>(p.data),
+                                  reinterpret_cast<const float*>(p.scales), p.rows, p.cols, p.block_rows, p.block_cols,
+                                  p.row_phase, p.col_phase, stream);
+  } else {
+    kernels::dequantize_int4_group(p.dst, reinterpret_cast<const std::uint32_t*>(p.data), p.scales, p.storage.scale,
+                                   p.rows, p.cols, p.group, stream);
   }
+}
+}  // namespace
+
+void DeviceWeights::dequantize(std::int64_t layer, cudaStream_t stream) const {
+  for (const PackedPiece& p : layers[std::size_t(layer)].packed)
+    if (p.expert < 0) expand(p, stream);
+}
+
+void DeviceWeights::dequantize_experts(std::int64_t layer, std::int64_t first, std::int64_t last,
+                                       cudaStream_t stream) const {
+  LT_CHECK(first >= 0 && first <= last && (sizes_.expert_group == 0 || last - first <= sizes_.expert_group),
+           "cuda backend: experts ", first, "..", last, " are not one group of at most ", sizes_.expert_group);
+  for (const PackedPiece& p : layers[std::size_t(layer)].packed)
+    if (p.expert >= first && p.expert < last) expand(p, stream);
 }
 
 namespace {
@@ -323,7 +364,7 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
   std::vector<std::byte> image(sizes(s).resident);  // zeros: the alignment padding
   DeviceWeights w;
   Arena arena(image.data(), image.size());
-  w.place(arena, nullptr, 0, s);
+  w.place(arena, nullptr, Sizes{}, s);
   const std::int64_t H = s.hidden, hd = s.head_dim;
   Upload().add(host.embed, s.vocab * H, "embed_tokens").to(w.embed);
   Upload().add(host.final_norm, H, "norm").to(w.final_norm);

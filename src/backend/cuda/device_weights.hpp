@@ -1,8 +1,9 @@
 // A decoder's weights resident on one GPU: this tensor-parallel rank's slice, in one allocation.
 // Plain Linears are bf16, with q/k/v fused into one matrix and gate/up into another (one GEMM
 // each). Quantized Linears stay packed as the checkpoint stores them (FP8 blocks + float32 scales,
-// INT4 words + group scales); before a layer runs, its packed Linears are expanded into one bf16
-// scratch (sized for the rank's largest layer) and the layer's GEMMs read them there.
+// INT4 words + group scales); before a layer runs, its packed Linears are expanded into a bf16
+// scratch and the layer's GEMMs read them there: routed experts a group at a time into slots
+// (LocalShape::expert_group of them), the rest of the layer at once.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -38,6 +39,7 @@ struct PackedPiece {
   std::int64_t rows = 0, cols = 0, row_phase = 0, col_phase = 0;
   std::int64_t block_rows = 0, block_cols = 0, group = 0;  // Fp8Block; Int4Group
   __nv_bfloat16* dst = nullptr;  // (rows, cols) inside the scratch
+  std::int64_t expert = -1;      // the local routed expert it belongs to (its group's slot); -1: the layer's part
   std::string module;            // where it comes from: module's [out_full, in_full] weight, window `win`
   std::int64_t out_full = 0, in_full = 0;
   quant::Window win;
@@ -112,8 +114,11 @@ class DeviceWeights {
   struct Sizes {
     std::size_t resident = 0;     // the one allocation: bf16 tensors, packed bytes, router, biases
     std::size_t packed = 0;       // of which packed weights (codes, words and their scales)
-    std::size_t scratch = 0;      // bf16 expansion of the largest layer's packed Linears
-    std::int64_t scratch_layer = -1;  // that layer (-1: nothing packed)
+    std::size_t scratch = 0;      // the dequantization scratch: layer_scratch + expert_group slots
+    std::size_t layer_scratch = 0;    // bf16 expansion of the largest layer's packed Linears but its routed experts
+    std::int64_t scratch_layer = -1;  // that layer (-1: none packed)
+    std::size_t expert_scratch = 0;   // bf16 expansion of one packed routed expert (0: none packed)
+    std::int64_t expert_group = 0;    // experts expanded at once (shape.expert_group, or all of a layer's)
   };
   static Sizes sizes(const LocalShape& shape);
   // The layout alone (every device pointer null): the tensors, Linears and packed pieces that
@@ -147,8 +152,11 @@ class DeviceWeights {
   static DeviceWeights load(const LocalShape& shape, const LoadPlan& plan, const LoaderOptions& options,
                             LoadStats* stats = nullptr);
 
-  // Expands layer i's packed Linears into the scratch (enqueued on `stream`); nothing when none.
+  // Expands layer i's packed Linears but its routed experts into the scratch (enqueued on `stream`).
   void dequantize(std::int64_t layer, cudaStream_t stream) const;
+  // Expands the packed routed experts [first, last) of layer i (one group: last - first <=
+  // sizes().expert_group) into their slots, overwriting the previous group's.
+  void dequantize_experts(std::int64_t layer, std::int64_t first, std::int64_t last, cudaStream_t stream) const;
   const Sizes& sizes() const { return sizes_; }
   // The resident block (sizes().resident bytes on the device; padding between tensors zero).
   const std::byte* block() const { return memory_.data(); }
@@ -159,9 +167,10 @@ class DeviceWeights {
 
  private:
   DeviceWeights() = default;
-  // Places every tensor of `shape`: resident ones in `resident`, each layer's expanded packed
-  // Linears from the start of `scratch_base` (counting only when the arenas have no memory).
-  void place(Arena& resident, std::byte* scratch_base, std::size_t scratch_capacity, const LocalShape& shape);
+  // Places every tensor of `shape`: resident ones in `resident`; each layer's expanded packed
+  // Linears from the start of `scratch_base`, its routed experts' in slots after `counted`'s
+  // layer_scratch (counting only, filling sizes_, when the arenas have no memory).
+  void place(Arena& resident, std::byte* scratch_base, const Sizes& counted, const LocalShape& shape);
   static DeviceWeights allocate(const LocalShape& shape);
 
   Sizes sizes_;

@@ -64,6 +64,8 @@ struct LocalShape {
   kernels::RouteParams route;
   bool score_bias = false;  // e_score_correction_bias
   bool router_lo = false;   // the router needs a bf16 low part (its float32 weights are not all bf16 values)
+  // Packed routed experts expanded into the dequantization scratch at once (0: all of a layer's).
+  std::int64_t expert_group = 0;
 
   // Packed Linears by full module name (absent: bf16), and the format parameters.
   std::map<std::string, LinearStorage> packed;

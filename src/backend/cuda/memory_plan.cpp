@@ -16,6 +16,22 @@ std::string gib(std::size_t bytes) {
   std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(std::size_t(1) << 30));
   return buf;
 }
+std::string fixed_mib(std::size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(std::size_t(1) << 20));
+  return buf;
+}
+// "layer 3's packed weights other than routed experts + 6 routed experts at a time, 84.0 MiB each,
+// expanded to bf16"
+std::string scratch_parts(const MemoryPlan& p) {
+  std::string r;
+  if (p.scratch_layer >= 0) r = cat("layer ", p.scratch_layer, "'s packed weights", p.expert_group > 0 ? " other than routed experts" : "");
+  if (p.expert_group > 0)
+    r += cat(r.empty() ? "" : " + ", p.expert_group, " routed expert", p.expert_group > 1 ? "s" : "", " at a time, ",
+             fixed_mib(p.expert_scratch_bytes), " each");
+  return r + (p.expert_group > 0 ? ", expanded to bf16" : " expanded to bf16");
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
@@ -24,11 +40,13 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
   MemoryPlan p;
   // Only TP rank 0 (the group's writer) captures: the other ranks hold no snapshots or pinned targets.
   const std::int64_t points = s.tp_rank == 0 ? o.max_capture_points : 0;
-  const DeviceWeights::Sizes w = DeviceWeights::sizes(s);
+  const DeviceWeights::Sizes w = DeviceWeights::sizes(with_expert_group(s, o));
   p.weight_bytes = w.resident;
   p.packed_bytes = w.packed;
   p.scratch_bytes = w.scratch;
   p.scratch_layer = w.scratch_layer;
+  p.expert_scratch_bytes = w.expert_scratch;
+  p.expert_group = w.expert_group;
   const std::int64_t Tm = o.max_batch_tokens, K = max_kept_positions(o);
   p.workspace_bytes = Workspace::device_bytes(s, {Tm, points, K});
   p.capture_bytes = p.workspace_bytes - Workspace::device_bytes(s, {Tm, 0, K});
@@ -40,6 +58,16 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
   p.per_kept_bytes = (Workspace::device_bytes(s, {Tm, points, kProbe}) - Workspace::device_bytes(s, {Tm, points, 0}) +
                       kProbe - 1) / kProbe;
   return p;
+}
+
+LocalShape with_expert_group(LocalShape s, const CudaBackendOptions& o) {
+  s.expert_group = 0;
+  const std::size_t expert = DeviceWeights::sizes(s).expert_scratch;
+  if (expert == 0) return s;
+  const std::size_t slot = (expert + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign;
+  s.expert_group = std::clamp<std::int64_t>(std::int64_t(o.expert_scratch_bytes / slot), 1,
+                                            std::max<std::int64_t>(1, s.local_experts));
+  return s;
 }
 
 std::size_t device_bytes_needed(const MemoryPlan& p) {
@@ -68,8 +96,7 @@ std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::
   std::string r;
   r += cat("  weights    ", gib(p.weight_bytes), " resident (", gib(p.weight_bytes - p.packed_bytes), " bf16",
            p.packed_bytes > 0 ? cat(", ", gib(p.packed_bytes), " packed FP8/INT4 with scales") : std::string(), ")\n");
-  if (p.scratch_bytes > 0)
-    r += cat("  scratch    ", gib(p.scratch_bytes), " (layer ", p.scratch_layer, "'s packed weights expanded to bf16)\n");
+  if (p.scratch_bytes > 0) r += cat("  scratch    ", gib(p.scratch_bytes), " (", scratch_parts(p), ")\n");
   r += cat("  workspace  ", gib(p.workspace_bytes), " at ", o.max_batch_tokens, " tokens (", p.per_token_bytes / 1024,
            " KiB per token), of which capture buffers ", gib(p.capture_bytes),
            s.tp_rank == 0 ? cat(" (", o.max_capture_points, " points)") : std::string(" (not the writer: none)"),
@@ -102,7 +129,7 @@ void check_fits(const MemoryPlan& p, std::size_t free_bytes, const std::string& 
   const std::string weights =
       p.packed_bytes > 0 ? cat(" (this rank's tensor-parallel slice: ", gib(p.packed_bytes), " packed as the checkpoint "
                                "stores them, the rest bf16) + dequantization scratch ", gib(p.scratch_bytes),
-                               " (layer ", p.scratch_layer, "'s packed weights expanded to bf16)")
+                               " (", scratch_parts(p), ")")
                          : std::string(" (bf16, this rank's tensor-parallel slice)");
   const std::string kept = p.kept_bytes > 0 ? cat(", of which ", gib(p.kept_bytes), " keys and values kept for samples "
                                                   "of up to ", o.max_sample_tokens, " tokens")

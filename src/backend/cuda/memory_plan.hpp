@@ -17,8 +17,10 @@ inline constexpr std::size_t kDeviceHeadroomBytes = std::size_t(768) << 20;
 struct MemoryPlan {
   std::size_t weight_bytes = 0;     // this rank's weights: bf16, and packed ones as stored
   std::size_t packed_bytes = 0;     // of which packed (FP8 blocks, INT4 groups, with their scales)
-  std::size_t scratch_bytes = 0;    // bf16 expansion of the largest layer's packed weights
-  std::int64_t scratch_layer = -1;  // that layer
+  std::size_t scratch_bytes = 0;    // dequantization scratch: layer part + expert slots
+  std::int64_t scratch_layer = -1;  // the layer whose packed weights but its routed experts are the largest
+  std::size_t expert_scratch_bytes = 0;  // one packed routed expert expanded (0: none packed)
+  std::int64_t expert_group = 0;         // experts expanded at once
   std::size_t workspace_bytes = 0;  // activations, capture snapshots, cuBLASLt workspace
   std::size_t capture_bytes = 0;    // of which capture snapshots (TP rank 0 only)
   std::size_t pinned_bytes = 0;     // page-locked host memory (capture targets, batch staging)
@@ -28,6 +30,10 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const LocalShape& shape, const CudaBackendOptions& options);
+
+// `shape` with expert_group set: as many packed routed experts as options.expert_scratch_bytes
+// holds (at least one, at most a layer's); 0 (all) when no routed expert is packed.
+LocalShape with_expert_group(LocalShape shape, const CudaBackendOptions& options);
 
 // Device bytes the plan needs (weights + scratch + workspace + headroom), and the largest
 // max_batch_tokens that fits in `free_bytes` (-1: not even the weights fit).
