@@ -60,8 +60,8 @@ def main():
                                   str(model), "--data", str(data), "--out", str(tmp / "out"), "--tp", str(tp),
                                   "--backend", "cpu", "--dry-run", "--calibrate-batches", "0"],
                                  env=ENV, capture_output=True, text=True)
-            m = re.search(r"holds up to ([0-9.]+ \w+) \(float32 weights ([0-9.]+ \w+)", cpu.stderr)
-            cpu_host = m.group(2) if m else "?"
+            m = re.search(r"\(float32 weights ([0-9.]+ \w+)", cpu.stdout + cpu.stderr)  # the dry run's host line
+            cpu_host = m.group(1) if m else "?"
             for tokens in map(int, args.tokens.split(",")):
                 for card in map(int, args.cards.split(",")):
                     device, host = plan(args, model, data, tp, tokens, card)

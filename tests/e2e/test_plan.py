@@ -115,6 +115,16 @@ class Plan(unittest.TestCase):
         longest = [int(n) for n in re.findall(r"longest +sample that fits beside batches of 4096 tokens: (\d+)", r.stdout)]
         self.assertEqual(len(longest), 8, r.stdout)
         self.assertTrue(all(n >= 32768 for n in longest), longest)
+        # --max-sample-tokens plans for longer samples than this dataset holds, up to the model's positions.
+        r = self.extract(model, "--gpu-memory", "79", "--max-batch-tokens", "4096", "--calibrate-batches", "0",
+                         "--max-sample-tokens", "65536")
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertEqual(r.stdout.count("kept K/V   for samples of up to 65536 tokens"), 8, r.stdout)
+        self.assertEqual(re.findall(r"and kept K/V ([0-9.]+) GiB", r.stdout),
+                         [f"{65535 * per_position / 2**30:.2f}"] * 8, r.stdout)
+        r = self.extract(model, "--gpu-memory", "79", "--max-sample-tokens", "300000")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--max-sample-tokens 300000 is more than the model's max_position_embeddings 262144", r.stderr)
 
     def test_no_gpu_needs_gpu_memory(self):
         model = self.checkpoint("llama", "--arch", "llama-3.1-70b", "--layers", "2", "--vocab", "1024")
