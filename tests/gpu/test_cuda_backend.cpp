@@ -43,6 +43,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -54,6 +55,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/load_plan.hpp"
 #include "backend/cuda/memory_plan.hpp"
+#include "bench/measure.hpp"
 #include "bench/model_catalog.hpp"
 #include "bench/projection.hpp"
 #include "core/dtype.hpp"
@@ -506,6 +508,7 @@ int chunked_matches_whole(const std::string& name, int tp, MoeSplit split, const
                             : std::make_unique<cuda::CudaBackend>(cfg, load_weights(ckpt, cfg, TpShard{r, tp, split}),
                                                                   comm, o);
       job::ChunkJoiner joiner(cfg.hidden_size * 2);
+      bool counted = tp > 1;  // the simulator's counts of one continuing batch (and of the whole one), printed
       for (const job::Batch& b : batches) {
         const PackedBatch pb = job::pack_batch(b, lengths, [&](std::size_t i) -> const auto& { return ref.tokens[i]; });
         if (cfg.moe) {
@@ -513,7 +516,17 @@ int chunked_matches_whole(const std::string& name, int tp, MoeSplit split, const
           probe.forced_experts = mine.experts;
           probe.forced_weights = mine.weights;
         }
-        const States states = joiner.join(b, lengths, backend->forward(pb, plan, DType::BF16));
+        States out;
+        const auto run = [&] { out = backend->forward(pb, plan, DType::BF16); };
+        if (!counted && (budget == 0 || pb.first_position > 0)) {
+          print_simulated_counts(std::cout, cat(label, ", a batch of ", pb.num_tokens(), " tokens",
+                                                pb.first_position > 0 ? cat(" continuing at ", pb.first_position) : ""),
+                                 run);
+          counted = true;
+        } else {
+          run();
+        }
+        const States states = joiner.join(b, lengths, std::move(out));
         if (r != 0) continue;
         for (std::size_t p = 0; p < states.size(); ++p) joined[p].insert(joined[p].end(), states[p].begin(), states[p].end());
       }
