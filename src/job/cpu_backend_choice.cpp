@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <variant>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/checked.hpp"
 #include "core/host_memory.hpp"
 #include "core/text.hpp"
+#include "model/rank_layout.hpp"
 
 namespace layertap::job {
 namespace {
@@ -28,8 +30,9 @@ class CpuBackendChoice final : public BackendChoice {
                                     checked_mul(8, widest, "activations"), "activations");
     // Chunked prefill keeps, per layer and position of the sample in flight: K and V of the rank's
     // kv heads (GQA) or the normed latent and the rope key (MLA), in float32.
-    const int64_t kv_heads = std::max<int64_t>(1, c.num_kv_heads / shard_.size);
-    const int64_t kept_row = c.mla ? c.mla->kv_lora_rank + c.mla->qk_rope_head_dim : 2 * kv_heads * c.head_dim;
+    const LayerSlices first = layer_slices(c, shard_, 0);
+    const auto* gqa = std::get_if<GqaSlices>(&first.attn);
+    const int64_t kept_row = gqa != nullptr ? 2 * gqa->kv_heads * c.head_dim : c.mla->kv_lora_rank + c.mla->qk_rope_head_dim;
     const int64_t kept = load.max_sample_tokens > load.max_batch_tokens ? load.max_sample_tokens - 1 : 0;
     HostPlan plan{{{"float32 weights", host_weight_bytes(c, shard_)},
                    {"activations", checked_product({load.max_batch_tokens, 4, row}, "a batch's activations")},

@@ -11,6 +11,8 @@ namespace layertap::cuda {
 class Arena {
  public:
   static constexpr std::size_t kAlign = 256;  // cudaMalloc's alignment; what cuBLASLt asks of operands
+  // `bytes` rounded up to kAlign: where the next take after them starts.
+  static constexpr std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
   Arena() = default;                                              // counts only; pointers are null
   Arena(std::byte* base, std::size_t capacity) : base_(base), capacity_(capacity) {}
@@ -20,7 +22,7 @@ class Arena {
   T* take(std::int64_t count) {
     LT_CHECK(count >= 0, "arena: negative element count ", count);
     if (count == 0) return nullptr;
-    const std::size_t offset = (used_ + kAlign - 1) / kAlign * kAlign;
+    const std::size_t offset = aligned(used_);
     last_offset_ = offset;
     used_ = offset + sizeof(T) * std::size_t(count);
     LT_CHECK(base_ == nullptr || used_ <= capacity_, "arena: layout needs ", used_, " bytes, block holds ", capacity_);

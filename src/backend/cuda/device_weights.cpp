@@ -163,8 +163,8 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
   layers.assign(std::size_t(s.layers), DeviceLayer{});
   sizes_ = Sizes{};
   // The scratch: [the layer's part (counted.layer_scratch) | expert_group slots of expert_scratch].
-  const std::size_t slots_at = (counted.layer_scratch + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign;
-  const std::size_t slot_bytes = (counted.expert_scratch + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign;
+  const std::size_t slots_at = Arena::aligned(counted.layer_scratch);
+  const std::size_t slot_bytes = Arena::aligned(counted.expert_scratch);
   for (std::int64_t i = 0; i < s.layers; ++i) {
     const LayerSlices ls = s.layer_slices(i);
     DeviceLayer& l = layers[std::size_t(i)];
@@ -229,12 +229,11 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
     }
   }
   if (sizes_.expert_scratch == 0) sizes_.expert_group = 0;
-  sizes_.scratch = sizes_.expert_scratch == 0
-                       ? sizes_.layer_scratch
-                       : (sizes_.layer_scratch + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign +
-                             std::size_t(sizes_.expert_group - 1) *
-                                 ((sizes_.expert_scratch + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign) +
-                             sizes_.expert_scratch;
+  sizes_.scratch = sizes_.expert_scratch == 0 ? sizes_.layer_scratch
+                                              : Arena::aligned(sizes_.layer_scratch) +
+                                                    std::size_t(sizes_.expert_group - 1) *
+                                                        Arena::aligned(sizes_.expert_scratch) +
+                                                    sizes_.expert_scratch;
   sizes_.resident = res.used();
   sizes_.packed = 0;
   for (const DeviceLayer& l : layers)

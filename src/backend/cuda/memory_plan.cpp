@@ -6,6 +6,7 @@
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/workspace.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "model/packed_batch.hpp"
 
 namespace layertap::cuda {
@@ -16,11 +17,6 @@ std::string gib(std::size_t bytes) {
   std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(std::size_t(1) << 30));
   return buf;
 }
-std::string fixed_mib(std::size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(std::size_t(1) << 20));
-  return buf;
-}
 // "layer 3's packed weights other than routed experts + 6 routed experts at a time, 84.0 MiB each,
 // expanded to bf16"
 std::string scratch_parts(const MemoryPlan& p) {
@@ -28,7 +24,7 @@ std::string scratch_parts(const MemoryPlan& p) {
   if (p.scratch_layer >= 0) r = cat("layer ", p.scratch_layer, "'s packed weights", p.expert_group > 0 ? " other than routed experts" : "");
   if (p.expert_group > 0)
     r += cat(r.empty() ? "" : " + ", p.expert_group, " routed expert", p.expert_group > 1 ? "s" : "", " at a time, ",
-             fixed_mib(p.expert_scratch_bytes), " each");
+             fixed(double(p.expert_scratch_bytes) / double(1 << 20), 1), " MiB each");
   return r + (p.expert_group > 0 ? ", expanded to bf16" : " expanded to bf16");
 }
 
@@ -64,8 +60,7 @@ LocalShape with_expert_group(LocalShape s, const CudaBackendOptions& o) {
   s.expert_group = 0;
   const std::size_t expert = DeviceWeights::sizes(s).expert_scratch;
   if (expert == 0) return s;
-  const std::size_t slot = (expert + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign;
-  s.expert_group = std::clamp<std::int64_t>(std::int64_t(o.expert_scratch_bytes / slot), 1,
+  s.expert_group = std::clamp<std::int64_t>(std::int64_t(o.expert_scratch_bytes / Arena::aligned(expert)), 1,
                                             std::max<std::int64_t>(1, s.local_experts));
   return s;
 }
