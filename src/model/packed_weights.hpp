@@ -1,5 +1,5 @@
 // Quantized Linear weights as the checkpoint stores them, for a backend that keeps them packed
-// (the CUDA backend, which expands them to bf16 one layer at a time: docs/GPU.md, "What runs
+// (the CUDA backend, which expands them to bf16 one layer, or group of experts, at a time: docs/GPU.md, "What runs
 // where"). The formats and the rules for which module is packed are LinearReader's
 // (src/model/linear_reader.hpp); this reads the bytes of a tensor-parallel window instead of
 // decoding it, so the bytes decode to exactly the values LinearReader::read gives.
