@@ -19,7 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-OUT=${OUT:-./gpu-check-out}
+export OUT=${OUT:-./gpu-check-out}
 BUILD=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-16}
 ARCH=${CUDA_ARCH:-90-real}
@@ -209,6 +209,21 @@ if ((built)); then
     --synthetic llama3-8b --tokens 8192,16384 --points 4 --iters 5
   stage kimi-k2.5 150 bash -c 'set -o pipefail; "$@" | tee "$BENCH_KIMI_TXT"' bench "$BUILD/src/layertap_bench" \
     --synthetic kimi-k2.5 --tp-shard 8 --tokens 8192 --points 4 --iters 3 --routing uniform,zipf
+  # Per-kernel times: Nsight Compute replays each kernel of one forward of a 2-layer build (the
+  # random weight fills skipped by name), Llama-3.1-8B shapes and Kimi-K2.5's rank share (layer 0
+  # dense, layer 1 MoE) at 8192 tokens; tools/kernel_times.py sums them by kernel.
+  if command -v ncu >/dev/null; then
+    stage kernels 100 bash -c 'set -e
+      prof() { ncu --csv --print-units base --clock-control none --metrics gpu__time_duration.sum \
+        -k "regex:^(?!fill_)" --launch-count "$2" --log-file "$OUT/ncu_$1.csv" "${@:3}" >/dev/null; }
+      prof llama3-8b 40 "$0" --synthetic llama3-8b --layers 2 --tokens 8192 --points 4 --iters 1 --warmup 1
+      prof kimi-k2.5 600 "$0" --synthetic kimi-k2.5 --tp-shard 8 --layers 2 --tokens 8192 --points 4 --iters 1 \
+        --warmup 1 --routing uniform
+      python3 tools/kernel_times.py "$OUT"/ncu_llama3-8b.csv "$OUT"/ncu_kimi-k2.5.csv | tee "$OUT/kernel_times.txt"' \
+      "$BUILD/src/layertap_bench"
+  else
+    echo "ncu not on PATH: no per-kernel times"
+  fi
   stage qwen3-moe 100 bash -c 'set -o pipefail; "$@" | tee "$BENCH_QWEN_TXT"' bench "$BUILD/src/layertap_bench" \
     --synthetic qwen3-30b-a3b --tokens 8192 --points 4 --iters 3 --routing uniform,zipf
 fi
