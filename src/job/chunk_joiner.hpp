@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "job/dataset_plan.hpp"
+#include "job/batch_plan.hpp"
 
 namespace layertap::job {
 

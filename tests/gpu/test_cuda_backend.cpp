@@ -69,7 +69,7 @@
 #include "model/weights.hpp"
 #include "fixture_reference.hpp"
 #include "job/chunk_joiner.hpp"
-#include "job/dataset_plan.hpp"
+#include "job/batch_plan.hpp"
 
 namespace {
 
