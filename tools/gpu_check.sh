@@ -209,17 +209,18 @@ if ((built)); then
     --synthetic llama3-8b --tokens 8192,16384 --points 4 --iters 5
   stage kimi-k2.5 150 bash -c 'set -o pipefail; "$@" | tee "$BENCH_KIMI_TXT"' bench "$BUILD/src/layertap_bench" \
     --synthetic kimi-k2.5 --tp-shard 8 --tokens 8192 --points 4 --iters 3 --routing uniform,zipf
-  # Per-kernel times: Nsight Compute replays each kernel of one forward of a 2-layer build (the
-  # random weight fills skipped by name), Llama-3.1-8B shapes and Kimi-K2.5's rank share (layer 0
-  # dense, layer 1 MoE) at 8192 tokens; tools/kernel_times.py sums them by kernel.
+  # Per-kernel times: Nsight Compute replays each kernel of the first forward (no capture) of a
+  # 3-layer build (eagle3 needs 3; the random weight fills skipped by name), Llama-3.1-8B shapes
+  # and Kimi-K2.5's rank share (layer 0 dense, then MoE) at 8192 tokens; tools/kernel_times.py sums
+  # them by kernel.
   if command -v ncu >/dev/null; then
-    stage kernels 100 bash -c 'set -e
+    stage kernels 150 bash -c 'set -e
       prof() { ncu --csv --print-units base --clock-control none --metrics gpu__time_duration.sum \
         -k "regex:^(?!fill_)" --launch-count "$2" --log-file "$OUT/ncu_$1.csv" "${@:3}" >/dev/null; }
-      prof llama3-8b 40 "$0" --synthetic llama3-8b --layers 2 --tokens 8192 --points 4 --iters 1 --warmup 1
-      prof kimi-k2.5 600 "$0" --synthetic kimi-k2.5 --tp-shard 8 --layers 2 --tokens 8192 --points 4 --iters 1 \
+      prof llama3-8b 32 "$0" --synthetic llama3-8b --layers 3 --tokens 8192 --points 4 --iters 1 --warmup 1
+      prof kimi-k2.5 400 "$0" --synthetic kimi-k2.5 --tp-shard 8 --layers 3 --tokens 8192 --points 4 --iters 1 \
         --warmup 1 --routing uniform
-      python3 tools/kernel_times.py "$OUT"/ncu_llama3-8b.csv "$OUT"/ncu_kimi-k2.5.csv | tee "$OUT/kernel_times.txt"' \
+      python3 tools/kernel_times.py "$OUT"/ncu_llama3-8b.csv "$OUT"/ncu_kimi-k2.5.csv >"$OUT/kernel_times.txt"; cat "$OUT/kernel_times.txt"' \
       "$BUILD/src/layertap_bench"
   else
     echo "ncu not on PATH: no per-kernel times"

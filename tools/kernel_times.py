@@ -24,7 +24,7 @@ def summarize(path):
     for r in rows(path):
         if r.get("Metric Name") != "gpu__time_duration.sum":
             continue
-        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}[r["Metric Unit"]]
+        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[r["Metric Unit"]]
         us = float(r["Metric Value"].replace(",", "")) * scale
         name = r["Kernel Name"]
         n, t = by_name.get(name, (0, 0.0))

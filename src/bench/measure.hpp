@@ -52,7 +52,8 @@ GemmRates measure_gemm(const cuda::CudaBackend& backend, std::int64_t T, int pas
 
 // The simulated GPU (LAYERTAP_CUDA_SIM builds) counts what one forward does: exact on any machine,
 // the structure the performance work cuts (launches, cuBLASLt calls, host waits). Runs `forward`
-// once and prints its counts as one line naming `what`; elsewhere prints and runs nothing.
+// once and prints its counts as one line naming `what`; elsewhere runs it and prints nothing (a
+// caller may use what the forward returned: the first real GPU run crashed when it did not run).
 void print_simulated_counts(std::ostream& out, const std::string& what, const std::function<void()>& forward);
 
 }  // namespace layertap

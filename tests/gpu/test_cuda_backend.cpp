@@ -860,6 +860,7 @@ int user_errors() {
 
 int main() {
   if (!gpu_test::gpu_visible()) return gpu_test::kSkip;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a crash must not take the last lines with it
   int failures = 0;
   try {
     for (const char* name : {"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"})
