@@ -3,7 +3,8 @@
 # the core-only CUDA build, builds the GPU tests and layertap_bench, runs `ctest -L gpu`, then the
 # benchmarks: Llama-3.1-8B shapes (8k and 16k-token batches, 4 capture points), one rank's share of
 # Kimi-K2.5 on 8 GPUs (--tp-shard 8: INT4 experts packed on the device, uniform and Zipf routing,
-# the 8-GPU projection) and Qwen3-30B-A3B whole on one GPU. Everything goes to $OUT/gpu_check.log
+# the 8-GPU projection), per-kernel times (Nsight Compute, when `ncu` is there) and Qwen3-30B-A3B
+# whole on one GPU. Everything goes to $OUT/gpu_check.log
 # (OUT defaults to ./gpu-check-out), each benchmark's output also to its own file; a summary is
 # printed last. Each stage runs under `timeout` against one deadline, so the whole check ends
 # within 8 minutes.
@@ -64,7 +65,10 @@ stage() {
   return $rc
 }
 
-echo "layertap GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+# The tree that travelled may differ from its HEAD (a device copy of a working tree): say so.
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+git diff --quiet HEAD 2>/dev/null || commit="$commit with uncommitted changes"
+echo "layertap GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit"
 echo "--- machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,temperature.gpu --format=csv 2>&1 ||
   echo "nvidia-smi: not available"
