@@ -146,24 +146,36 @@ def _one_line(msg: str, limit: int = 500) -> str:
 
 
 # ---- tokenizer -------------------------------------------------------------------------------
-def _tokenizer_code(d: Path) -> str | None:
-    """The class a model directory ships as code for its tokenizer (``auto_map`` in
-    tokenizer_config.json), when transformers has no class of that name to load instead."""
+def _tokenizer_code(d: Path) -> tuple[str, str] | None:
+    """The class a model directory ships as code for its tokenizer and the file naming it, when
+    transformers has no class of that name to load instead: ``auto_map`` ``AutoTokenizer`` in
+    tokenizer_config.json, or, where that file names no tokenizer class transformers has, in
+    config.json (transformers reads it there too, and without trust_remote_code would silently
+    load the class of the config's model type instead)."""
     import transformers
 
-    cfg = d / "tokenizer_config.json"
-    try:
-        conf = json.loads(cfg.read_text()) if cfg.is_file() else {}
-        auto = conf.get("auto_map") or {}
-        names = auto.get("AutoTokenizer")
-    except (ValueError, AttributeError, OSError, RecursionError):
-        return None         # a broken file: loading it says which
-    if isinstance(names, list):
-        names = next((n for n in names if n), None)
-    if not isinstance(names, str):
-        return None
-    own = conf.get("tokenizer_class")
-    return None if isinstance(own, str) and hasattr(transformers, own) else names
+    def read(name: str) -> dict:
+        try:
+            conf = json.loads((d / name).read_bytes().decode("utf-8-sig")) if (d / name).is_file() else {}
+        except (ValueError, OSError, RecursionError):
+            return {}         # a broken file: loading it says which
+        return conf if isinstance(conf, dict) else {}
+
+    def known(conf: dict) -> bool:
+        own = conf.get("tokenizer_class")
+        return isinstance(own, str) and hasattr(transformers, own)
+
+    tok_conf = read("tokenizer_config.json")
+    for name, conf in (("tokenizer_config.json", tok_conf), ("config.json", read("config.json"))):
+        auto = conf.get("auto_map")
+        names = auto.get("AutoTokenizer") if isinstance(auto, dict) else None
+        if isinstance(names, list):
+            names = next((n for n in names if isinstance(n, str) and n), None)
+        if isinstance(names, str) and not known(conf):
+            return names, name
+        if known(tok_conf):
+            return None     # tokenizer_config.json names a class transformers has: it loads that
+    return None
 
 
 def provide_moved_names() -> None:
@@ -222,7 +234,7 @@ def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None,
                    trust_remote_code: bool = False):
     """The model directory's tokenizer, from local files only. A directory holding a single
     ``.gguf`` file and no tokenizer files is read through transformers' GGUF support. A tokenizer
-    shipped as code (``auto_map`` in tokenizer_config.json) needs ``trust_remote_code``. No code
+    shipped as code (``auto_map`` in tokenizer_config.json or config.json) needs ``trust_remote_code``. No code
     of the directory runs without it: transformers is told ``trust_remote_code=False``
     explicitly (it would otherwise ask on standard input), so an ``auto_map`` in config.json
     for a config class the tokenizer does not need is not imported, and standard input is
@@ -244,8 +256,8 @@ def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None,
                 f"{'and several .gguf files: pass --gguf' if ggufs else 'and no .gguf file'}")
     code = _tokenizer_code(d)
     if code and not trust_remote_code:
-        raise ValueError(f"{d}: the tokenizer is code shipped with the model ({code}, named by "
-                         "auto_map in tokenizer_config.json); pass --trust-remote-code to load "
+        raise ValueError(f"{d}: the tokenizer is code shipped with the model ({code[0]}, named by "
+                         f"auto_map in {code[1]}); pass --trust-remote-code to load "
                          "it (this runs the model directory's Python)")
     # trust_remote_code is always passed: left out (None), transformers prompts on stdin
     kw: dict[str, Any] = {"local_files_only": True, "trust_remote_code": bool(trust_remote_code)}

@@ -393,7 +393,8 @@ def _code_model(m, w, where: str):
     """Make model directory m name code shipped with it: a Python file that creates the marker
     file w/MARKER when it is imported, named by auto_map in tokenizer_config.json (a tokenizer
     class transformers lacks: loading it needs the code) or in config.json (a config class of a
-    model type transformers does not know, which the tokenizer does not need)."""
+    model type transformers does not know, which the tokenizer does not need; or, with
+    "config-tokenizer", the tokenizer class in config.json's auto_map)."""
     marker = w / "MARKER"
     (m / "marker_code.py").write_text(
         f"open({str(marker)!r}, 'w').close()\n"
@@ -405,6 +406,15 @@ def _code_model(m, w, where: str):
         conf["tokenizer_class"] = "MarkerTokenizer"
         conf["auto_map"] = {"AutoTokenizer": [None, "marker_code.MarkerTokenizer"]}
         (m / "tokenizer_config.json").write_text(json.dumps(conf))
+        return f"{m}: the tokenizer is code shipped with the model"
+    if where == "config-tokenizer":
+        # config.json's auto_map, which transformers reads when tokenizer_config.json names no
+        # class: without the code it would silently load the class of the model type (llama)
+        conf = json.loads((m / "tokenizer_config.json").read_text())
+        conf.pop("tokenizer_class", None)
+        (m / "tokenizer_config.json").write_text(json.dumps(conf))
+        (m / "config.json").write_text(json.dumps(
+            {"model_type": "llama", "auto_map": {"AutoTokenizer": [None, "marker_code.MarkerTokenizer"]}}))
         return f"{m}: the tokenizer is code shipped with the model"
     (m / "config.json").write_text(json.dumps(
         {"model_type": "layertap_marker", "auto_map": {"AutoConfig": "marker_code.MarkerConfig"}}))
@@ -469,7 +479,7 @@ def _prep_with_yes(argv, cwd):
         yes.wait()
 
 
-@pytest.mark.parametrize("where", ["tokenizer", "config"])
+@pytest.mark.parametrize("where", ["tokenizer", "config-tokenizer", "config"])
 def test_model_code_never_runs_unasked(tok_dir, tmp_path, where):
     """A model directory whose auto_map names a Python file (one that creates a marker file when
     imported), run with `yes |` on standard input and without --trust-remote-code: nothing
@@ -489,7 +499,7 @@ def test_model_code_never_runs_unasked(tok_dir, tmp_path, where):
     r = _prep_with_yes(["--model", model, "--in", src, "--out", out], work)
     assert not marker.exists(), f"the model's code ran without --trust-remote-code: {r.stderr}"
     assert "Traceback" not in r.stderr and "[y/N]" not in r.stderr + r.stdout, r.stderr
-    if where == "tokenizer":
+    if where != "config":
         assert r.returncode == 2, r.stderr
         (line,) = r.stderr.splitlines()
         assert line.startswith(f"layertap-prep: {model}: ") and "--trust-remote-code" in line, line

@@ -40,7 +40,7 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "rank by local rank, every supported family; weights go from the checkpoint to the GPU in their stored "
        "form), or auto (cuda when every rank sees a GPU and the build has CUDA, else cpu)")
       ("gpu-memory", po::value(&o.gpu_memory_gib)->default_value(o.gpu_memory_gib),
-       "GiB of device memory per rank the cuda backend may use; 0 = the device's free memory. Required "
+       "GiB of device memory per rank the cuda backend may use, 1 to 1e6; 0 = the device's free memory. Required "
        "for --dry-run --backend cuda on a machine without a GPU (plans for a card of this size)")
       ("tp", po::value(&o.tp)->default_value(o.tp),
        "tensor-parallel size: ranks per model replica (consecutive ranks); the world size must be a multiple")
@@ -144,8 +144,10 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   LT_CHECK(o.shard_size_mib > 0 && o.shard_size_mib <= (int64_t(1) << 20), "--shard-size-mib must be in [1, ",
            int64_t(1) << 20, "] (1 TiB), got ", o.shard_size_mib);
   LT_CHECK(o.progress_seconds > 0, "--progress-seconds must be positive");
-  LT_CHECK(o.gpu_memory_gib >= 0 && o.gpu_memory_gib <= 1e6, "--gpu-memory must be in [0, 1e6] GiB, got ",
-           o.gpu_memory_gib);
+  // 0 means "not given" (the device's free memory); a positive value under 1 GiB would round to
+  // nothing in bytes and be read as not given, so it is refused.
+  LT_CHECK(o.gpu_memory_gib == 0 || (o.gpu_memory_gib >= 1 && o.gpu_memory_gib <= 1e6),
+           "--gpu-memory must be 0 (the device's free memory) or in [1, 1e6] GiB, got ", o.gpu_memory_gib);
   LT_CHECK(!o.read_weights || o.dry_run, "--read-weights is a --dry-run option (a real run reads the weights anyway)");
   LT_CHECK(o.calibrate_batches >= 0, "--calibrate-batches must be 0 or positive, got ", o.calibrate_batches);
   LT_CHECK(!(o.overwrite && o.resume), "--overwrite and --resume exclude each other");

@@ -16,9 +16,9 @@ extern "C" void on_stop_signal(int sig) {
   }
   // Stopping already. A second Ctrl-C, or a SIGTERM after a Ctrl-C (kill from another terminal),
   // ends the process now, as Ctrl-C does elsewhere: the default action, so the exit status names
-  // the signal. A SIGTERM or SIGUSR1 after a SIGTERM or SIGUSR1 does not: Slurm and srun may each
-  // deliver one for the same cancellation, and the first stop goes on.
-  if (sig == SIGINT || (sig == SIGTERM && first == SIGINT)) {
+  // the signal. After a SIGTERM or SIGUSR1 (a scheduler's graceful stop) nothing does: Slurm and
+  // srun may each deliver one for the same cancellation, and a Ctrl-C then is the first Ctrl-C.
+  if (first == SIGINT && (sig == SIGINT || sig == SIGTERM)) {
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
@@ -51,7 +51,11 @@ const char* stop_signal_name() {
 
 Stopped::Stopped(const std::string& phase)
     : Error(cat("stopped by ", stop_signal_name(), " while ", phase, ", before any shard or manifest was written "
-                "(exit code ", kExitInterrupted, "; run it again with --resume)")) {}
+                "(exit code ", kExitInterrupted, "; run it again with --resume)",
+                // mpirun and srun end a job's other ranks with SIGTERM when one rank fails
+                g_signal == SIGTERM ? "; a SIGTERM also comes from mpirun or srun ending the job after another rank "
+                                      "failed: if another rank printed an error, that is the cause"
+                                    : "")) {}
 
 void stop_point(const char* phase) {
   if (g_signal != 0) throw Stopped(phase);

@@ -52,6 +52,22 @@ std::string recorded_holder(int fd) {
   }
 }
 
+// The lock file's descriptor, or -1 (errno set) where it cannot be opened. Never blocks: a FIFO
+// planted at the name would hold open() until a writer came (O_NONBLOCK), and a link is not
+// followed (O_NOFOLLOW). Throws when the name holds something other than a regular file.
+int open_lock_file(const fs::path& file, int flags) {
+  const int fd = ::open(file.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0) return fd;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    LT_FAIL("the lock file '", file.string(), "' is not a regular file; remove it (layertap creates it)");
+  }
+  // Back to blocking mode for flock's sake (flock ignores it; reads and writes of a regular file too).
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 std::string unsupported(const fs::path& file, int err) {
   return cat("cannot lock '", file.string(), "': ", std::strerror(err),
              ": the file system holding --out does not hold flock(2) locks (NFSv3 without lockd, Lustre mounted "
@@ -68,12 +84,9 @@ OutputLock::~OutputLock() {
 
 OutputLock OutputLock::exclusive(const fs::path& dir) {
   const fs::path file = dir / kLockFileName;
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  const int fd = open_lock_file(file, O_RDWR | O_CREAT);
   LT_CHECK(fd >= 0, "cannot open the lock file '", file.string(), "': ", std::strerror(errno));
   OutputLock lock(fd);
-  struct stat st {};
-  LT_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "the lock file '", file.string(),
-           "' is not a regular file");
   if (flock_retrying(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     LT_CHECK(err == EWOULDBLOCK, unsupported(file, err));
@@ -102,7 +115,7 @@ OutputLock OutputLock::exclusive(const fs::path& dir) {
 
 std::optional<OutputLock> OutputLock::shared(const fs::path& dir) {
   const fs::path file = dir / kLockFileName;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = open_lock_file(file, O_RDONLY);
   if (fd < 0) {
     if (errno != ENOENT && errno != ENOTDIR)
       log_warn("cannot open the lock file '", file.string(), "' (", std::strerror(errno),
@@ -124,7 +137,12 @@ std::optional<OutputLock> OutputLock::shared(const fs::path& dir) {
 
 LockProbe probe_output_lock(const fs::path& dir) {
   const fs::path file = dir / kLockFileName;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = -1;
+  try {
+    fd = open_lock_file(file, O_RDONLY);
+  } catch (const Error& e) {
+    return {false, e.what()};  // a real run would refuse it
+  }
   if (fd < 0) return {};
   LockProbe probe;
   if (flock_retrying(fd, LOCK_SH | LOCK_NB) != 0) {

@@ -1,5 +1,7 @@
 #include "job/extract_options.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.hpp"
 
 namespace layertap {
@@ -29,14 +31,17 @@ NonFinitePolicy parse_nonfinite_policy(const std::string& s) {
 const char* nonfinite_policy_name(NonFinitePolicy p) { return p == NonFinitePolicy::Skip ? "skip" : "fail"; }
 
 std::string ExtractOptions::job_identity() const {
-  return cat("model=", model, "\ndata=", data, "\nout=", out, "\ncapture=", capture,
-             "\nbackend=", backend_request_name(backend), "\ntp=", tp, "\nmoe-split=", moe_split_name(moe_split),
-             "\nmax-batch-tokens=", max_batch_tokens, "\nstore-dtype=", dtype_name(store_dtype),
-             "\ncompress=", io::compression_name(compress), "\nshard-size-mib=", shard_size_mib,
-             "\noverwrite=", overwrite, "\nresume=", resume, "\non-nonfinite=", nonfinite_policy_name(on_nonfinite),
-             "\ndry-run=", dry_run, "\ncalibrate-batches=", calibrate_batches,
-             "\nignore-free-space=", ignore_free_space, "\nno-lock=", no_lock, "\nread-weights=", read_weights,
-             "\ngpu-memory=", gpu_memory_gib, "\n");
+  // JSON, so a value holding a newline or '=' cannot pass for another option.
+  return nlohmann::json{{"model", model}, {"data", data}, {"out", out}, {"capture", capture},
+                        {"backend", backend_request_name(backend)}, {"tp", tp}, {"moe-split", moe_split_name(moe_split)},
+                        {"max-batch-tokens", max_batch_tokens}, {"max-sample-tokens", max_sample_tokens},
+                        {"store-dtype", dtype_name(store_dtype)},
+                        {"compress", io::compression_name(compress)}, {"shard-size-mib", shard_size_mib},
+                        {"overwrite", overwrite}, {"resume", resume}, {"on-nonfinite", nonfinite_policy_name(on_nonfinite)},
+                        {"dry-run", dry_run}, {"calibrate-batches", calibrate_batches},
+                        {"ignore-free-space", ignore_free_space}, {"no-lock", no_lock}, {"read-weights", read_weights},
+                        {"gpu-memory", gpu_memory_gib}}
+      .dump(1);
 }
 
 }  // namespace layertap

@@ -1,12 +1,12 @@
 #include "job/output_dir.hpp"
 
+#include <fcntl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <regex>
 
 #include "core/digest.hpp"
@@ -36,6 +36,26 @@ bool is_layertap_file(const fs::path& p) {
 bool is_bookkeeping_file(const fs::path& p) {
   const std::string name = p.filename().string();
   return name == io::kLockFileName || name == ".layertap-write-test";
+}
+
+// Creates, writes and removes "<dir>/.layertap-write-test". Whatever is at that name (a leftover,
+// or a link planted there) is removed first, never followed: the probe is created with O_EXCL and
+// O_NOFOLLOW, so a link to a file elsewhere cannot make the probe write through it.
+void probe_writable(const fs::path& dir) {
+  const fs::path probe = dir / ".layertap-write-test";
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(probe, ec);
+  LT_CHECK(!fs::is_directory(st), "'", probe.string(), "' is a directory; remove it (layertap writes a file there)");
+  if (fs::exists(st)) fs::remove(probe, ec);  // a link is removed, not its target
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  LT_CHECK(fd >= 0, "output directory '", dir.string(), "' is not writable: cannot create '", probe.string(),
+           "': ", std::strerror(errno));
+  const bool wrote = ::write(fd, "ok", 2) == 2;
+  const int err = errno;
+  ::close(fd);
+  fs::remove(probe, ec);
+  LT_CHECK(wrote, "output directory '", dir.string(), "' is not writable: writing '", probe.string(),
+           "' failed: ", std::strerror(err));
 }
 
 json read_json(const fs::path& file) {
@@ -143,10 +163,7 @@ OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool o
     io::OutputLock::exclusive(dir).hold_until_exit();
     list();  // what the directory holds now that no other job can change it
   }
-  const fs::path probe = dir / ".layertap-write-test";
-  { std::ofstream(probe) << "ok"; }
-  LT_CHECK(fs::exists(probe) && fs::file_size(probe) == 2, "output directory '", dir.string(), "' is not writable");
-  fs::remove(probe);
+  probe_writable(dir);
 
   if (!earlier.empty() && resume && fs::exists(dir / "run.json")) {
     check_same_run(dir, read_json(dir / "run.json"), identity);
@@ -229,11 +246,22 @@ std::vector<io::ShardInfo> keep_verified_shards(const fs::path& dir, const std::
              io::progress_path(dir, stem).string(), ") is not kept: ", check.why, "; it and the shards after it are "
              "recomputed");
   const std::vector<io::ShardInfo>& kept = check.kept;
-  const std::regex mine(stem + R"(-\d+\.h5(\.tmp)?)");
+  // "<stem>-<digits>.h5" or ".h5.tmp": the stem compared as text (it may hold regex characters).
+  const auto is_mine = [&](const std::string& name) {
+    if (name.size() <= stem.size() + 1 || name.compare(0, stem.size(), stem) != 0 || name[stem.size()] != '-')
+      return false;
+    std::string rest = name.substr(stem.size() + 1);
+    for (const std::string ext : {".h5.tmp", ".h5"})
+      if (rest.size() > ext.size() && rest.compare(rest.size() - ext.size(), ext.size(), ext) == 0) {
+        rest.resize(rest.size() - ext.size());
+        return !rest.empty() && std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; });
+      }
+    return false;
+  };
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     const bool is_kept = std::any_of(kept.begin(), kept.end(), [&](const io::ShardInfo& s) { return s.file == name; });
-    if (std::regex_match(name, mine) && !is_kept) {
+    if (is_mine(name) && !is_kept) {
       log_info("resume: removing ", entry.path().string());
       fs::remove(entry.path());
     }

@@ -257,6 +257,8 @@ class Hostile(unittest.TestCase):
         confdir.mkdir(exist_ok=True)
         for name, extra, expected in [
             ("shard size overflow", ["--shard-size-mib", "17592186044417"], "--shard-size-mib must be in [1, "),
+            # a positive size under 1 GiB would round to 0 bytes and read as "not given"
+            ("tiny gpu memory", ["--gpu-memory", "1e-12"], "--gpu-memory must be 0 (the device's free memory) or in [1, 1e6]"),
             ("config is a directory", ["--config", confdir], "job file"),
         ]:
             with self.subTest(name):

@@ -171,7 +171,9 @@ class Resilience(unittest.TestCase):
         self.assertEqual(single[0], ARGS.layertap)
         cases = (("once", [signal.SIGINT], 75),
                  ("twice", [signal.SIGINT, signal.SIGINT], -signal.SIGINT),
-                 ("then SIGTERM", [signal.SIGINT, signal.SIGTERM], -signal.SIGTERM))
+                 ("then SIGTERM", [signal.SIGINT, signal.SIGTERM], -signal.SIGTERM),
+                 # a graceful stop already under way: this Ctrl-C is the first one, not a second
+                 ("after SIGUSR1", [signal.SIGUSR1, signal.SIGINT], 75))
         for name, signals, expected in cases:
             with self.subTest(ctrl_c=name):
                 out = self.tmp / f"ctrl-c-{name.replace(' ', '-')}"
@@ -191,10 +193,10 @@ class Resilience(unittest.TestCase):
                 seconds = time.monotonic() - sent
                 self.assertEqual(proc.returncode, expected, log[-3000:])
                 if expected == 75:
-                    self.assertIn("stop requested (SIGINT)", log)
+                    self.assertIn(f"stop requested ({signals[0].name})", log)
                     manifest = json.loads((out / "manifest.json").read_text())
                     self.assertFalse(manifest["complete"])
-                    self.assertEqual(manifest["run"]["stopped_by"], "SIGINT")
+                    self.assertEqual(manifest["run"]["stopped_by"], signals[0].name)
                     self.assertLess(manifest["totals"]["samples"], 3000)
                 else:
                     # Killed in the batch in flight: no manifest, only the shards closed before.

@@ -16,6 +16,7 @@
 #include "backend/cuda/host_copy.hpp"
 #include "backend/cuda/local_shape.hpp"
 #include "backend/cuda/memory_plan.hpp"
+#include "backend/cuda/workspace.hpp"
 #include "bench/model_catalog.hpp"
 #include "bench/result_check.hpp"
 #include "cli/bench.hpp"
@@ -54,6 +55,14 @@ void shapes_and_memory() {
   const cuda::LocalShape s16 = cuda::LocalShape::of(c, {5, 16});
   check(s16.heads == 2 && s16.kv_heads == 1, "tp 16: kv heads replicated (1 per rank)");
   check_throws("tp 3", [&] { (void)cuda::LocalShape::of(c, {0, 3}); }, "does not divide");
+  // Sizes from a hostile config (head_dim 2^20, 4096 layers) overflow 64 bits in the workspace's
+  // products: an error naming it, not a wrapped (small) allocation.
+  cuda::LocalShape huge = s1;
+  huge.head_dim = std::int64_t(1) << 20;
+  huge.layers = 4096;
+  check_throws("workspace of head_dim 2^20 x 4096 layers",
+               [&] { (void)cuda::Workspace::device_bytes(huge, {std::int64_t(1) << 20, 4, std::int64_t(1) << 30}); },
+               "overflows 64 bits");
 
   // bf16 bytes: matmul params + embedding 128256 x 4096 + 65 norm vectors of 4096; each of the
   // 2 + 32 * 6 tensors may add under 256 bytes of alignment padding.

@@ -5,6 +5,7 @@
 // one and the writer's files after them removed, the record rewritten, the writer's sample range
 // applied, a malformed record refused naming it.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -22,6 +23,8 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/regular_file.hpp"
+#include "io/output_lock.hpp"
 #include "io/output_writer.hpp"
 #include "io/progress.hpp"
 #include "job/output_dir.hpp"
@@ -74,7 +77,7 @@ const io::OutputMeta& shard_meta() {
 }
 
 json identity_of(const io::OutputMeta& meta, const std::string& dataset_sha256 = std::string(64, 'd')) {
-  return run_identity(meta, dataset_sha256, make_world_layout(0, 1, 1), MoeSplit::Experts);
+  return run_identity(meta, dataset_sha256, make_world_layout(0, 1, 1), MoeSplit::Experts, "cpu");
 }
 
 // A resumable run in `dir`, as a run stopped after three shards leaves it: run.json (written by
@@ -192,6 +195,32 @@ TEST_F(PrepareOutputDir, AFreshRunWritesRunJson) {
   EXPECT_TRUE(fs::is_directory(out));
   EXPECT_EQ(read_json_file(out / "run.json"), identity);
   EXPECT_EQ(files_in(out), std::vector<std::string>{"run.json"});
+}
+
+// The write probe never writes through a link planted at its name (here to a file outside --out).
+TEST_F(PrepareOutputDir, TheWriteProbeDoesNotFollowALink) {
+  const fs::path victim = tmp.path() / "victim.txt";
+  std::ofstream(victim) << "someone's data";
+  fs::create_directories(out);
+  fs::create_symlink(victim, out / ".layertap-write-test");
+  EXPECT_EQ(prepare_output_dir(out, identity_of(shard_meta()), false, false, false), OutputState::Fresh);
+  EXPECT_EQ(read_regular_file(victim.string(), "victim"), "someone's data");
+  EXPECT_FALSE(fs::exists(fs::symlink_status(out / ".layertap-write-test")));
+  EXPECT_EQ(files_in(out), std::vector<std::string>{"run.json"});
+}
+
+// A FIFO at the lock file's name is refused at once by the job, the readers and the dry run's
+// probe (opening it to read used to block until a writer came).
+TEST_F(PrepareOutputDir, ALockFileThatIsAFifoIsRefusedWithoutBlocking) {
+  fs::create_directories(out);
+  const fs::path lock = out / io::kLockFileName;
+  ASSERT_EQ(::mkfifo(lock.c_str(), 0644), 0);
+  const std::string shared = error_of([&] { (void)io::OutputLock::shared(out); });
+  EXPECT_NE(shared.find("not a regular file"), std::string::npos) << shared;
+  const io::LockProbe probe = io::probe_output_lock(out);
+  EXPECT_NE(probe.why.find("not a regular file"), std::string::npos) << probe.why;
+  const std::string job = error_of([&] { prepare_output_dir(out, identity_of(shard_meta()), false, false, true); });
+  EXPECT_NE(job.find("not a regular file"), std::string::npos) << job;
 }
 
 TEST_F(PrepareOutputDir, ASecondFreshRunIsRefusedNamingTheDirectory) {

@@ -31,6 +31,7 @@ struct RunInputs {
   std::string dataset_sha256 = std::string(64, 'd');
   WorldLayout world = make_world_layout(0, 4, 2);
   MoeSplit moe_split = MoeSplit::Experts;
+  std::string backend = "cpu";
 
   RunInputs() {
     meta.point_specs = {"2", "4", "final"};
@@ -45,7 +46,7 @@ struct RunInputs {
     meta.config_sha256 = std::string(64, 'c');
     meta.weights_fingerprint = std::string(64, 'w');
   }
-  json identity() const { return run_identity(meta, dataset_sha256, world, moe_split); }
+  json identity() const { return run_identity(meta, dataset_sha256, world, moe_split, backend); }
 };
 
 // The top-level keys whose values differ between two JSON objects (present in one only included).
@@ -83,6 +84,8 @@ TEST(RunIdentity, EachInputThatChangesTheOutputChangesItsOwnKey) {
       {"world_size", [](RunInputs& r) { r.world = make_world_layout(0, 8, 2); }},  // more data-parallel groups
       {"tp", [](RunInputs& r) { r.world = make_world_layout(0, 4, 4); }},          // same world, other TP
       {"moe_split", [](RunInputs& r) { r.moe_split = MoeSplit::Intermediate; }},
+      // float32-exact and bf16-bound shards must not mix under one manifest
+      {"backend", [](RunInputs& r) { r.backend = "cuda"; }},
   };
   const json base = RunInputs().identity();
   for (const Row& row : rows) {
@@ -145,21 +148,9 @@ ExtractOptions some_options() {
   return o;
 }
 
-// The names of the "name=value" lines that differ between two job identities.
+// The options that differ between two job identities (JSON objects, one key per option).
 std::set<std::string> differing_lines(const std::string& a, const std::string& b) {
-  const auto lines = [](const std::string& s) {
-    std::vector<std::string> v;
-    std::istringstream in(s);
-    for (std::string line; std::getline(in, line);) v.push_back(line);
-    return v;
-  };
-  const auto la = lines(a), lb = lines(b);
-  std::set<std::string> names;
-  for (std::size_t i = 0; i < std::max(la.size(), lb.size()); ++i) {
-    const std::string x = i < la.size() ? la[i] : "", y = i < lb.size() ? lb[i] : "";
-    if (x != y) names.insert((x.empty() ? y : x).substr(0, (x.empty() ? y : x).find('=')));
-  }
-  return names;
+  return differing_keys(json::parse(a), json::parse(b));
 }
 
 TEST(JobIdentity, EqualOptionsGiveEqualIdentities) {
@@ -182,6 +173,7 @@ TEST(JobIdentity, EveryOptionRanksMustShareChangesItsOwnLine) {
       {"tp", [](ExtractOptions& o) { o.tp = 4; }},
       {"moe-split", [](ExtractOptions& o) { o.moe_split = MoeSplit::Intermediate; }},
       {"max-batch-tokens", [](ExtractOptions& o) { o.max_batch_tokens = 8192; }},
+      {"max-sample-tokens", [](ExtractOptions& o) { o.max_sample_tokens = 65536; }},
       {"store-dtype", [](ExtractOptions& o) { o.store_dtype = DType::F8_E4M3; }},
       {"compress", [](ExtractOptions& o) { o.compress = io::parse_compression("zstd:2"); }},
       {"shard-size-mib", [](ExtractOptions& o) { o.shard_size_mib = 1024; }},
@@ -202,6 +194,16 @@ TEST(JobIdentity, EveryOptionRanksMustShareChangesItsOwnLine) {
     row.edit(o);
     EXPECT_EQ(differing_lines(base, o.job_identity()), std::set<std::string>{row.name}) << o.job_identity();
   }
+}
+
+// A value holding a newline and another option's "name=value" cannot pass for that option.
+TEST(JobIdentity, ValuesCannotForgeAnotherOption) {
+  ExtractOptions a = some_options(), b = some_options();
+  a.model = "/models/llama\ndata=/data/x.jsonl";
+  b.data = "/data/x.jsonl";
+  b.model = "/models/llama";
+  EXPECT_NE(a.job_identity(), b.job_identity());
+  EXPECT_EQ(json::parse(a.job_identity()).at("model"), a.model);
 }
 
 TEST(JobIdentity, ThreadsLoggingAndTheCommandsSpellingMayDiffer) {

@@ -14,55 +14,56 @@ using bf16 = __nv_bfloat16;
 void layout(Arena& dev, Arena& host, const LocalShape& s, const WorkspaceSize& size, Workspace* w) {
   const std::int64_t Tm = size.max_tokens, P = size.max_points, K = size.max_kept;
   const std::int64_t H = s.hidden, meta = Workspace::meta_ints(Tm);
+  const std::int64_t KT = checked_add(K, Tm, "workspace: kept + batch tokens");  // rows of a sample's keys
   WorkspaceBuffers b;  // copied into *w at the end
-  b.x = dev.take<bf16>(Tm * H);
-  b.h = dev.take<bf16>(Tm * H);
-  b.delta = dev.take<bf16>(Tm * H);
+  b.x = dev.take<bf16>({Tm, H});
+  b.h = dev.take<bf16>({Tm, H});
+  b.delta = dev.take<bf16>({Tm, H});
   if (!s.mla) {
-    b.qkv = dev.take<bf16>(Tm * s.qkv_dim());
-    b.ctx = dev.take<bf16>(Tm * s.q_dim());
-    if (K > 0) b.keys = dev.take<bf16>((K + Tm) * Workspace::kept_row(s));
+    b.qkv = dev.take<bf16>({Tm, s.qkv_dim()});
+    b.ctx = dev.take<bf16>({Tm, s.q_dim()});
+    if (K > 0) b.keys = dev.take<bf16>({KT, Workspace::kept_row(s)});
   } else {
     const std::int64_t nh = s.heads, qk = s.mla_qk();
-    b.mla_q = dev.take<bf16>(Tm * nh * qk);
-    b.mla_qa = dev.take<bf16>(Tm * s.q_lora);
-    b.mla_ckv = dev.take<bf16>(Tm * (s.kv_lora + s.rope_dim));
-    b.mla_latent = dev.take<bf16>((K + Tm) * s.kv_lora);
-    b.mla_kv = dev.take<bf16>((K + Tm) * nh * (s.nope + s.v_dim));
-    b.mla_k = dev.take<bf16>((K + Tm) * nh * qk);
-    b.mla_v = dev.take<bf16>((K + Tm) * nh * s.v_dim);
-    b.ctx = dev.take<bf16>(Tm * nh * s.v_dim);
+    b.mla_q = dev.take<bf16>({Tm, nh, qk});
+    b.mla_qa = dev.take<bf16>({Tm, s.q_lora});
+    b.mla_ckv = dev.take<bf16>({Tm, s.kv_lora + s.rope_dim});
+    b.mla_latent = dev.take<bf16>({KT, s.kv_lora});
+    b.mla_kv = dev.take<bf16>({KT, nh, s.nope + s.v_dim});
+    b.mla_k = dev.take<bf16>({KT, nh, qk});
+    b.mla_v = dev.take<bf16>({KT, nh, s.v_dim});
+    b.ctx = dev.take<bf16>({Tm, nh, s.v_dim});
   }
-  b.kept = dev.take<bf16>(s.layers * K * Workspace::kept_row(s));
+  b.kept = dev.take<bf16>({s.layers, K, Workspace::kept_row(s)});
   const std::int64_t I = std::max(s.any_dense_ffn() ? s.inter : 0, s.any_moe() ? s.shared_inter : 0);
-  b.gate_up = dev.take<bf16>(Tm * 2 * I);
-  b.act = dev.take<bf16>(Tm * I);
+  b.gate_up = dev.take<bf16>({Tm, 2, I});
+  b.act = dev.take<bf16>({Tm, I});
   if (s.any_moe()) {
     const std::int64_t E = s.experts, k = s.top_k, n = s.local_experts, R = s.max_routed_rows(Tm);
-    b.logits = dev.take<float>(Tm * E);
-    b.choice = dev.take<float>(Tm * E);
-    b.route_experts = dev.take<std::int32_t>(Tm * k);
-    b.route_weights = dev.take<float>(Tm * k);
-    b.slot = dev.take<std::int32_t>(Tm * k);
+    b.logits = dev.take<float>({Tm, E});
+    b.choice = dev.take<float>({Tm, E});
+    b.route_experts = dev.take<std::int32_t>({Tm, k});
+    b.route_weights = dev.take<float>({Tm, k});
+    b.slot = dev.take<std::int32_t>({Tm, k});
     b.perm_token = dev.take<std::int32_t>(R);
     b.counts = dev.take<std::int32_t>(n);
     b.offsets = dev.take<std::int32_t>(n + 1);
-    b.x_perm = dev.take<bf16>(R * H);
-    b.gu_perm = dev.take<bf16>(R * 2 * s.expert_inter);
-    b.act_perm = dev.take<bf16>(R * s.expert_inter);
-    b.y_perm = dev.take<bf16>(R * H);
-    if (s.shared_inter > 0) b.shared_out = dev.take<bf16>(Tm * H);
+    b.x_perm = dev.take<bf16>({R, H});
+    b.gu_perm = dev.take<bf16>({R, 2, s.expert_inter});
+    b.act_perm = dev.take<bf16>({R, s.expert_inter});
+    b.y_perm = dev.take<bf16>({R, H});
+    if (s.shared_inter > 0) b.shared_out = dev.take<bf16>({Tm, H});
     b.logit_offset = dev.take<float>(E);
     b.host_counts = host.take<std::int32_t>(n);
   }
-  b.snapshots = dev.take<bf16>(P * Tm * H);
+  b.snapshots = dev.take<bf16>({P, Tm, H});
   b.meta = dev.take<std::int32_t>(meta);
   b.bad_token = dev.take<std::int32_t>(1);
   b.inv_freq = dev.take<float>(s.head_dim / 2);
   b.gemm = dev.take<std::byte>(std::int64_t(Gemm::kWorkspaceBytes));
   b.host_meta = host.take<std::int32_t>(meta);
   b.host_bad_token = host.take<std::int32_t>(1);
-  b.host_states = host.take<std::uint16_t>(P * Tm * H);
+  b.host_states = host.take<std::uint16_t>({P, Tm, H});
   if (w == nullptr) return;
   *static_cast<WorkspaceBuffers*>(w) = b;
 }
