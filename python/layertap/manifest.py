@@ -240,6 +240,8 @@ def _plain_name_problem(name: str) -> str | None:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return "is not valid UTF-8 (a lone surrogate)"
+    if not (len(name) > 3 and name.endswith(".h5")):    # a writer's unfinished file is .h5.tmp
+        return "does not end in .h5 (a finished shard)"
     return None
 
 
@@ -283,8 +285,9 @@ class Manifest:
             self.points.append((pf.string("spec"), pf.integer("id", 0, self.num_layers + 1),
                                 pf.string_or("meaning", "")))
 
-        self.shards = []          # dicts with file, samples, tokens, bytes (validated)
+        self.shards = []          # dicts with file, samples, tokens, first/last sample, bytes (validated)
         seen: dict[str, int] = {}
+        previous_last = -1        # manifest order is dataset order: each entry after the one before
         for i, s in enumerate(top.array("shards")):
             sf = _Fields(s, path, f"shards[{i}].")
             name = sf.string("file")
@@ -297,9 +300,22 @@ class Manifest:
                                   f"shards[{seen[name]}]")
             seen[name] = i
             sf.string("sha256")
-            self.shards.append({"file": name, "samples": sf.integer("samples", 0, KMAX),
-                                "tokens": sf.integer("tokens", 0, KMAX),
-                                "bytes": sf.integer("bytes", 0, KMAX), "key": f"shards[{i}]"})
+            entry = {"file": name, "samples": sf.integer("samples", 0, KMAX),
+                     "tokens": sf.integer("tokens", 0, KMAX),
+                     "first_sample": sf.integer("first_sample", -1, KMAX),
+                     "last_sample": sf.integer("last_sample", -1, KMAX),
+                     "bytes": sf.integer("bytes", 0, KMAX), "key": f"shards[{i}]"}
+            if entry["samples"]:
+                first, last = entry["first_sample"], entry["last_sample"]
+                if not 0 <= first <= last:
+                    raise OutputError(f"{path}: key 'shards[{i}]': first_sample {first} and "
+                                      f"last_sample {last} do not bound {entry['samples']} samples")
+                if first <= previous_last:
+                    raise OutputError(f"{path}: key 'shards[{i}].first_sample' = {first} is not after "
+                                      f"the previous shards' last sample {previous_last} (manifest "
+                                      "order is dataset order; each sample is held once)")
+                previous_last = last
+            self.shards.append(entry)
         totals = top.object("totals")
         for k in ("samples", "tokens", "bytes"):
             want = sum(s[k] for s in self.shards)
@@ -336,6 +352,9 @@ class Manifest:
             raise OutputError(f"{path}: the run is marked complete but names no 'dataset.samples', "
                               "so whether its shards hold every sample cannot be checked")
         n = self.dataset_samples
+        if n == 0:      # extract refuses a dataset without samples
+            raise OutputError(f"{path}: the run is marked complete over a dataset of 0 samples, "
+                              "which no run produces")
         if held + len(self.skipped) != n:
             raise OutputError(f"{path}: its shards hold {held} samples and it lists "
                               f"{len(self.skipped)} skipped, not the dataset's {n}")

@@ -158,7 +158,8 @@ class Output:
                            point_ids=[p.id for p in self.points], num_layers=self.num_layers,
                            max_index=self.dataset_samples, vocab_size=self.vocab_size,
                            compression=self.compression, manifest_key=s["key"],
-                           identity=self.identity, skipped=self.skipped)
+                           identity=self.identity, skipped=self.skipped,
+                           first_last=(s["first_sample"], s["last_sample"]))
 
     def check_shards(self) -> None:
         """Opens every shard once (its datasets, shapes, attributes and filters checked)."""
@@ -205,7 +206,7 @@ class ShardReader:
                  num_layers: int | None = None, max_index: int | None = None,
                  vocab_size: int | None = None, compression: str | None = None,
                  manifest_key: str | None = None, identity: dict[str, str] | None = None,
-                 skipped: list[int] | None = None):
+                 skipped: list[int] | None = None, first_last: tuple[int, int] | None = None):
         self.path = Path(path)
         self.vocab_size = vocab_size
         self._key = f" ({manifest_key} in manifest.json)" if manifest_key else ""
@@ -222,7 +223,7 @@ class ShardReader:
             self._fail(f"cannot be read as HDF5 (truncated, damaged or not a shard): {one_line(e)}")
         try:
             self._check(expected_samples, num_points, hidden_size, storage_dtype, expected_tokens,
-                        point_ids, num_layers, max_index, compression, skipped)
+                        point_ids, num_layers, max_index, compression, skipped, first_last)
             self._check_identity(identity)
         except BaseException:
             self.file.close()
@@ -316,7 +317,7 @@ class ShardReader:
                            f"{excerpt(identity[name])} (another model's shard)")
 
     def _check(self, expected_samples, num_points, hidden_size, storage_dtype, expected_tokens,
-               point_ids, num_layers, max_index, compression, skipped):
+               point_ids, num_layers, max_index, compression, skipped, first_last):
         ds = {name: self._dataset(name, rank) for name, rank in DATASETS}
         self.hs, self.ids, self.mask = ds["hidden_states"], ds["input_ids"], ds["loss_mask"]
         for name, d in ds.items():
@@ -422,6 +423,10 @@ class ShardReader:
         if held_and_skipped.any():
             self._fail(f"/sample_index holds {int(idx[np.argmax(held_and_skipped)])}, which "
                        "manifest.json lists in skipped_samples")
+        # the entry's first and last sample: the manifest holds them in dataset order
+        if S and first_last is not None and (int(idx[0]), int(idx[-1])) != tuple(first_last):
+            self._fail(f"/sample_index runs from {int(idx[0])} to {int(idx[-1])}, manifest says "
+                       f"first_sample {first_last[0]}, last_sample {first_last[1]}")
 
     def _read_error(self, ds: h5py.Dataset, name: str, what: str, e: BaseException):
         hint = ""

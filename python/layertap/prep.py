@@ -150,8 +150,8 @@ def _tokenizer_code(d: Path) -> tuple[str, str] | None:
     """The class a model directory ships as code for its tokenizer and the file naming it, when
     transformers has no class of that name to load instead: ``auto_map`` ``AutoTokenizer`` in
     tokenizer_config.json, or, where that file names no tokenizer class transformers has, in
-    config.json (transformers reads it there too, and without trust_remote_code would silently
-    load the class of the config's model type instead)."""
+    config.json (which transformers 5 does not read for tokenizers: it silently loads another
+    class)."""
     import transformers
 
     def read(name: str) -> dict:
@@ -255,6 +255,12 @@ def load_tokenizer(model_dir: str | os.PathLike, gguf_file: str | None = None,
                 f"--model {d}: no tokenizer files (tokenizer.json, tokenizer_config.json) "
                 f"{'and several .gguf files: pass --gguf' if ggufs else 'and no .gguf file'}")
     code = _tokenizer_code(d)
+    if code and not trust_remote_code and code[1] == "config.json":
+        raise ValueError(f"{d}: the tokenizer is code shipped with the model ({code[0]}, named by "
+                         "auto_map in config.json), which transformers does not load from "
+                         "config.json: it would silently load another class; move the entry to "
+                         "tokenizer_config.json's auto_map, or pass --trust-remote-code to take "
+                         "the class transformers picks")
     if code and not trust_remote_code:
         raise ValueError(f"{d}: the tokenizer is code shipped with the model ({code[0]}, named by "
                          f"auto_map in {code[1]}); pass --trust-remote-code to load "

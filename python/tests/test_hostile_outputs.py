@@ -214,6 +214,28 @@ def dup_index_next_shard(f, tmp):      # shard 1 repeats shard 0's sample indice
     f["sample_index"][...] = np.array([0, 1], dtype=np.int64)
 
 
+def swap_entries(m):                   # sizes, checksums and counts stay consistent
+    m["shards"][0], m["shards"][1] = m["shards"][1], m["shards"][0]
+
+
+def repeat_entry(out, tmp):            # shard 1 replaced by a copy of shard 0, counts consistent
+    shutil.copy(out / S0, out / S1)
+    edit_manifest(out, lambda m: m["shards"].__setitem__(1, dict(m["shards"][0], file=S1)))
+    edit_manifest(out, lambda m: (m["totals"].update(samples=sum(s["samples"] for s in m["shards"]),
+                                                     tokens=sum(s["tokens"] for s in m["shards"])),
+                                  m["dataset"].update(samples=m["totals"]["samples"])))
+    resize_manifest(out)
+
+
+def tmp_shard(out, tmp):               # the last shard listed under a writer's unfinished name
+    (out / "shard-00002.h5").rename(out / "shard-00002.h5.tmp")
+    edit_manifest(out, lambda m: set_path(m, "shards.2.file", "shard-00002.h5.tmp"))
+
+
+def empty_run(m):                      # complete, consistent in itself, and of nothing
+    m["shards"], m["totals"], m["dataset"]["samples"] = [], {"samples": 0, "tokens": 0, "bytes": 0}, 0
+
+
 def manifest_dir(out, tmp):
     (out / M).unlink()
     (out / M).mkdir()
@@ -311,9 +333,17 @@ ROWS = [
         ["/sample_index holds -1"]),
     Row("index-beyond-dataset", edit_shard(S0, lambda f, t: f["sample_index"].__setitem__(1, 50)), S0,
         ["/sample_index holds 50", "dataset.samples is 5"]),
-    # (a Dataset reads shards in any order; the export reads them all in order)
+    # manifest order is dataset order: entries in order, each shard holding its entry's samples
     Row("index-order-across-shards", edit_shard(S1, dup_index_next_shard), S1,
-        ["/sample_index starts at 0, out of order"], tools=("cli", "verify")),
+        ["/sample_index runs from 0 to 1, manifest says first_sample 2, last_sample 3"]),
+    Row("entries-swapped", manifest(swap_entries), M,
+        ["'shards[1].first_sample' = 0", "not after the previous shards' last sample 3"]),
+    Row("entry-repeats-samples", repeat_entry, M,
+        ["'shards[1].first_sample' = 0", "not after the previous shards' last sample 1"]),
+    Row("entry-first-last-vs-shard", key("shards.1.last_sample", 2), S1,
+        ["/sample_index runs from 2 to 3, manifest says first_sample 2, last_sample 2"]),
+    Row("unfinished-shard-listed", tmp_shard, M, ["'shards[2].file'", "does not end in .h5"]),
+    Row("complete-empty-dataset", manifest(empty_run), M, ["complete over a dataset of 0 samples"]),
     Row("external-link", edit_shard(S0, external_link), S0, ["/input_ids is an external link to", "other.h5"]),
     Row("external-storage", edit_shard(S0, external_storage), S0,
         ["/input_ids keeps its data outside the shard"]),

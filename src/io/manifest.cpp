@@ -21,6 +21,9 @@ constexpr int64_t kMax = int64_t(1) << 62;  // counts and sizes; keeps sums in i
 void check_plain_name(const std::string& name, const std::string& where) {
   LT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..", where,
            ": shard file '", excerpt(name), "' is not a plain file name inside the output directory");
+  // A writer's unfinished file is "<name>.h5.tmp"; a run lists only finished shards.
+  LT_CHECK(name.size() > 3 && name.compare(name.size() - 3, 3, ".h5") == 0, where, ": shard file '", excerpt(name),
+           "' does not end in .h5 (a finished shard)");
 }
 
 // A shown-only value: the string or number under `key`; empty (numbers: -1) when absent or of
@@ -143,6 +146,7 @@ Manifest read_manifest(const fs::path& dir) {
 
   const json& shards = top.array("shards");
   std::map<std::string, std::size_t> listed;  // file name -> its entry: each shard is counted once
+  int64_t previous_last = -1;                 // the last sample of the entries before
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const JsonFields s(shards[i], cat(path.string(), " shards[", i, "]"));
     ShardInfo e;
@@ -154,8 +158,17 @@ Manifest read_manifest(const fs::path& dir) {
     e.samples = s.integer("samples", 0, kMax);
     e.tokens = s.integer("tokens", 0, kMax);
     e.bytes = s.integer("bytes", 0, kMax);
-    e.first_sample = shown_integer(shards[i], "first_sample");
-    e.last_sample = shown_integer(shards[i], "last_sample");
+    // Manifest order is dataset order: each entry's samples come after the previous entry's.
+    e.first_sample = s.integer("first_sample", -1, kMax);
+    e.last_sample = s.integer("last_sample", -1, kMax);
+    if (e.samples > 0) {
+      LT_CHECK(e.first_sample >= 0 && e.first_sample <= e.last_sample, s.where(), ": first_sample ", e.first_sample,
+               " and last_sample ", e.last_sample, " do not bound ", e.samples, " samples");
+      LT_CHECK(e.first_sample > previous_last, s.where(), ": first_sample ", e.first_sample,
+               " is not after the previous shards' last sample ", previous_last,
+               " (manifest order is dataset order; each sample is held once)");
+      previous_last = e.last_sample;
+    }
     m.shards.push_back(e);
   }
   const JsonFields totals = top.object("totals");

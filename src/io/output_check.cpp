@@ -98,6 +98,11 @@ std::vector<std::string> manifest_count_problems(const Manifest& m) {
                        "shards hold every sample cannot be checked");
     return problems;
   }
+  if (m.dataset_samples == 0) {  // extract refuses a dataset without samples
+    problems.push_back("manifest.json: the run is marked complete over a dataset of 0 samples, which no run "
+                       "produces");
+    return problems;
+  }
   const auto skipped = int64_t(m.skipped_samples.size());
   if (m.total_samples + skipped != m.dataset_samples)
     problems.push_back(cat("manifest.json: its shards hold ", m.total_samples, " samples and it lists ", skipped,
@@ -151,7 +156,13 @@ ShardFindings check_shard(const fs::path& dir, const ShardInfo& s, const Manifes
     f.dtype = r.hidden_dtype();
     const std::vector<std::string> structure = r.structure_problems();
     for (const std::string& p : structure) fail(p);
-    if (structure.empty()) index_problems(r, m, fail);
+    if (structure.empty()) {
+      index_problems(r, m, fail);
+      const std::vector<int64_t> index = r.sample_index();
+      if (!index.empty() && (index.front() != s.first_sample || index.back() != s.last_sample))
+        fail("/sample_index runs from ", index.front(), " to ", index.back(), ", manifest says first_sample ",
+             s.first_sample, ", last_sample ", s.last_sample);
+    }
     const std::vector<int64_t> point_ids = m.point_ids();
     const auto P = int64_t(point_ids.size());
     const std::vector<int64_t> want{s.tokens, P, m.hidden_size};

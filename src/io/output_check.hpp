@@ -30,7 +30,9 @@ struct ShardFindings {
 
 // One shard against its manifest entry: a regular file of the recorded size (and SHA-256 when
 // `checksum`), readable HDF5 whose datasets have the ranks, lengths and shapes the manifest implies,
-// and whose attributes (format version, points, hidden size, dtype, model identity) match.
+// whose /sample_index runs from the entry's first_sample to its last_sample (read_manifest holds
+// the entries in dataset order, so the shards' samples increase across the run), and whose
+// attributes (format version, points, hidden size, dtype, model identity) match.
 ShardFindings check_shard(const std::filesystem::path& dir, const ShardInfo& shard, const Manifest& m,
                           bool checksum);
 

@@ -325,7 +325,8 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const Checkpoint ckpt(checkpoint_files(o.model));
   check_same_on_all_ranks("model weights", ckpt.fingerprint());
   const io::OutputMeta meta = make_output_meta(o, cfg, plan, sha256_file(config_path), ckpt.fingerprint());
-  const json identity = run_identity(meta, dataset_sha256, world, shard.moe_split, backend_choice.name());
+  const json identity = run_identity(meta, dataset_sha256, int64_t(index.samples.size()), world, shard.moe_split,
+                                     backend_choice.name());
   phase.enter("preparing the output directory");
   int64_t prepared = 0;
   run_on_world_root(lead, [&] {  // every rank stops with rank 0's error (the lock's holder, a foreign file)

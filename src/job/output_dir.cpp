@@ -171,7 +171,7 @@ OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool o
       const json manifest = read_json(dir / "manifest.json");
       const auto complete = manifest.is_object() ? manifest.find("complete") : manifest.end();
       if (complete != manifest.end() && complete->is_boolean() && complete->get<bool>()) {
-        const std::vector<std::string> problems = complete_run_problems(dir);
+        const std::vector<std::string> problems = complete_run_problems(dir, identity);
         if (problems.empty()) return OutputState::AlreadyComplete;
         for (const std::string& p : problems) log_warn("resume: ", p);
         log_warn("resume: the run in '", dir.string(), "' is marked complete but ", problems.size(),
@@ -196,7 +196,7 @@ OutputState prepare_output_dir(const fs::path& dir, const json& identity, bool o
   return OutputState::Fresh;
 }
 
-std::vector<std::string> complete_run_problems(const fs::path& dir) {
+std::vector<std::string> complete_run_problems(const fs::path& dir, const json& identity) {
   std::vector<std::string> problems;
   io::Manifest m;
   try {
@@ -204,6 +204,11 @@ std::vector<std::string> complete_run_problems(const fs::path& dir) {
   } catch (const Error& e) {
     return {cat("manifest.json cannot be trusted: ", e.what())};
   }
+  // The dataset this run indexed (its SHA-256 matched run.json's), not only the manifest's word.
+  if (const auto n = identity.find("dataset_samples"); n != identity.end() && n->is_number_integer() &&
+                                                       n->get<int64_t>() != m.dataset_samples)
+    problems.push_back(cat("manifest.json: names a dataset of ", m.dataset_samples, " samples, but the dataset has ",
+                           n->get<int64_t>()));
   std::error_code ec;
   for (const io::ShardInfo& s : m.shards) {
     const fs::file_status st = fs::symlink_status(dir / s.file, ec);

@@ -66,9 +66,10 @@ int64_t projected_output_bytes(const OutputShape& output, int64_t groups, int64_
 OutputState prepare_output_dir(const std::filesystem::path& dir, const nlohmann::json& identity, bool overwrite,
                                bool resume, bool take_lock);
 
-// Why a manifest that says "complete" does not describe the files in `dir` (one line per finding,
-// each naming the shard or key); empty when it does. Reads every shard in full (SHA-256).
-std::vector<std::string> complete_run_problems(const std::filesystem::path& dir);
+// Why a manifest that says "complete" does not describe the files in `dir` or the dataset of this
+// run's `identity` (run_identity: its "dataset_samples"); one line per finding, each naming the
+// shard or key; empty when it does. Reads every shard in full (SHA-256).
+std::vector<std::string> complete_run_problems(const std::filesystem::path& dir, const nlohmann::json& identity);
 
 // A writer's samples: dataset indices [first, end) (its data-parallel group's contiguous run).
 struct SampleRange {

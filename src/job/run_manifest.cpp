@@ -41,10 +41,11 @@ io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg,
 }
 
 // Everything that changes what the output holds; a resume must match it exactly.
-json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256, const WorldLayout& world,
-                  MoeSplit moe_split, const std::string& backend) {
+json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256, int64_t dataset_samples,
+                  const WorldLayout& world, MoeSplit moe_split, const std::string& backend) {
   return {{"format_version", io::kFormatVersion},     {"model_config_sha256", meta.config_sha256},
           {"model_weights_fingerprint", meta.weights_fingerprint}, {"dataset_sha256", dataset_sha256},
+          {"dataset_samples", dataset_samples},
           {"capture_point_ids", meta.point_ids},      {"storage_dtype", dtype_name(meta.dtype)},
           {"compression", io::compression_name(meta.compression)},
           {"world_size", world.world_size},           {"tp", world.tp},

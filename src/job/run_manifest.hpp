@@ -22,11 +22,12 @@ namespace layertap::job {
 io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg, const CapturePlan& plan,
                                 const std::string& config_sha256, const std::string& weights_fingerprint);
 
-// Everything that changes what the output holds; a resume must match it exactly. `backend` ("cpu"
+// Everything that changes what the output holds; a resume must match it exactly (the dataset by
+// its SHA-256 and its sample count, which a complete run's manifest must repeat). `backend` ("cpu"
 // or "cuda") is part of it: the two hold different fidelities (float32-exact, the bf16 bound), and
 // one manifest names one.
-nlohmann::json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256, const WorldLayout& world,
-                            MoeSplit moe_split, const std::string& backend);
+nlohmann::json run_identity(const io::OutputMeta& meta, const std::string& dataset_sha256, int64_t dataset_samples,
+                            const WorldLayout& world, MoeSplit moe_split, const std::string& backend);
 
 // Samples of `mine` before position `done` that the kept shards do not hold: skipped before the resume.
 nlohmann::json skipped_before_resume(const std::filesystem::path& dir, const std::vector<io::ShardInfo>& kept,

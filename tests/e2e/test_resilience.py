@@ -315,8 +315,9 @@ class Resilience(unittest.TestCase):
 
     def test_resume_keeps_only_what_checks_out(self):
         """--resume trusts no record it did not check: a progress record that lies about its last
-        sample, an entry naming ../x.h5 with a matching checksum, and a complete run whose shard was
-        truncated or deleted are each recomputed (a warning names the shard), never listed as done;
+        sample, an entry naming ../x.h5 with a matching checksum, a complete run whose shard was
+        truncated or deleted, and a complete manifest emptied (no shards, a dataset of 0 samples)
+        or with two shard entries swapped are each recomputed (a warning names the shard), never listed as done;
         the final output equals the reference and verifies. An intact complete run is left alone."""
         def progress(out):
             return json.loads((out / "shard.progress.json").read_text())
@@ -347,10 +348,25 @@ class Resilience(unittest.TestCase):
             f.unlink()
             return f.name, "missing"
 
+        def empty_manifest(out):  # complete, no shards, a dataset of 0 samples: consistent in itself
+            m = json.loads((out / "manifest.json").read_text())
+            m["shards"], m["totals"] = [], {"samples": 0, "tokens": 0, "bytes": 0}
+            m["dataset"]["samples"] = 0
+            (out / "manifest.json").write_text(json.dumps(m))
+            return "manifest.json", "dataset of 0 samples"
+
+        def swapped_entries(out):  # sizes, SHA-256s and counts still consistent
+            m = json.loads((out / "manifest.json").read_text())
+            m["shards"][0], m["shards"][1] = m["shards"][1], m["shards"][0]
+            (out / "manifest.json").write_text(json.dumps(m))
+            return "manifest.json", "is not after the previous shards' last sample"
+
         cases = [("lying progress record", "forward:20", lie_about_last_sample),
                  ("../x.h5 in the progress record", "manifest:1", outside_entry),
                  ("complete run, truncated shard", "", truncate),
-                 ("complete run, deleted shard", "", delete)]
+                 ("complete run, deleted shard", "", delete),
+                 ("complete run, emptied manifest", "", empty_manifest),
+                 ("complete run, shard entries swapped", "", swapped_entries)]
         for name, failpoint, tamper in cases:
             with self.subTest(name):
                 out = self.tmp / ("trust-" + name.replace(" ", "-").replace("/", "").replace(".", ""))

@@ -37,6 +37,7 @@ json write_output(const fs::path& dir) {
   int64_t bytes = 0;
   for (const auto& s : w.finish()) {
     shards.push_back({{"file", s.file}, {"samples", s.samples}, {"tokens", s.tokens},
+                      {"first_sample", s.first_sample}, {"last_sample", s.last_sample},
                       {"bytes", s.bytes}, {"sha256", s.sha256}});
     bytes += s.bytes;
   }
@@ -146,6 +147,31 @@ TEST(Inspect, ReportsShardsThatDisagreeWithTheManifest) {
       {"complete without dataset.samples", [](json& m, const fs::path&) { m["dataset"].erase("samples"); },
        "names no dataset.samples"},
       {"totals bytes", [](json& m, const fs::path&) { m["totals"]["bytes"] = 1; }, "differ from the sum over its shards"},
+      // Manifest order is dataset order, each sample held once, only finished shards listed.
+      {"entries swapped", [](json& m, const fs::path&) { std::swap(m["shards"][0], m["shards"][1]); },
+       "shards[1]: first_sample 0 is not after the previous shards' last sample 3"},
+      {"an entry repeating samples",
+       [](json& m, const fs::path&) {
+         m["shards"][1]["first_sample"] = 1;
+       },
+       "shards[1]: first_sample 1 is not after the previous shards' last sample 1"},
+      {"first and last against the shard", [](json& m, const fs::path&) { m["shards"][2]["last_sample"] = 4; },
+       "shard-00002.h5: /sample_index runs from 4 to 5, manifest says first_sample 4, last_sample 4"},
+      {"first and last missing", [](json& m, const fs::path&) { m["shards"][0].erase("first_sample"); },
+       "shards[0]: missing key 'first_sample'"},
+      {"an unfinished shard listed",
+       [](json& m, const fs::path& d) {
+         fs::rename(d / "shard-00002.h5", d / "shard-00002.h5.tmp");
+         m["shards"][2]["file"] = "shard-00002.h5.tmp";
+       },
+       "shard file 'shard-00002.h5.tmp' does not end in .h5"},
+      {"complete over an empty dataset",
+       [](json& m, const fs::path&) {
+         m["shards"] = json::array();
+         m["totals"] = {{"samples", 0}, {"tokens", 0}, {"bytes", 0}};
+         m["dataset"]["samples"] = 0;
+       },
+       "complete over a dataset of 0 samples"},
       // A version this reader does not know, whatever its shards say (the Python reader refuses it too).
       {"format version", [](json& m, const fs::path&) { m["format_version"] = kFormatVersion + 1; },
        "this reader knows " + std::to_string(kFormatVersion)},

@@ -77,7 +77,7 @@ const io::OutputMeta& shard_meta() {
 }
 
 json identity_of(const io::OutputMeta& meta, const std::string& dataset_sha256 = std::string(64, 'd')) {
-  return run_identity(meta, dataset_sha256, make_world_layout(0, 1, 1), MoeSplit::Experts, "cpu");
+  return run_identity(meta, dataset_sha256, 6, make_world_layout(0, 1, 1), MoeSplit::Experts, "cpu");
 }
 
 // A resumable run in `dir`, as a run stopped after three shards leaves it: run.json (written by

@@ -29,6 +29,7 @@ using nlohmann::json;
 struct RunInputs {
   io::OutputMeta meta;
   std::string dataset_sha256 = std::string(64, 'd');
+  int64_t dataset_samples = 60;
   WorldLayout world = make_world_layout(0, 4, 2);
   MoeSplit moe_split = MoeSplit::Experts;
   std::string backend = "cpu";
@@ -46,7 +47,7 @@ struct RunInputs {
     meta.config_sha256 = std::string(64, 'c');
     meta.weights_fingerprint = std::string(64, 'w');
   }
-  json identity() const { return run_identity(meta, dataset_sha256, world, moe_split, backend); }
+  json identity() const { return run_identity(meta, dataset_sha256, dataset_samples, world, moe_split, backend); }
 };
 
 // The top-level keys whose values differ between two JSON objects (present in one only included).
@@ -75,6 +76,7 @@ TEST(RunIdentity, EachInputThatChangesTheOutputChangesItsOwnKey) {
       {"model_config_sha256", [](RunInputs& r) { r.meta.config_sha256 = std::string(64, 'C'); }},
       {"model_weights_fingerprint", [](RunInputs& r) { r.meta.weights_fingerprint = std::string(64, 'W'); }},
       {"dataset_sha256", [](RunInputs& r) { r.dataset_sha256 = std::string(64, 'e'); }},
+      {"dataset_samples", [](RunInputs& r) { r.dataset_samples = 61; }},
       {"capture_point_ids", [](RunInputs& r) { r.meta.point_ids = {2, 5, 9}; }},
       {"capture_point_ids", [](RunInputs& r) { r.meta.point_ids = {2, 4}; }},
       {"storage_dtype", [](RunInputs& r) { r.meta.dtype = DType::F32; }},
