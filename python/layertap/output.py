@@ -256,7 +256,7 @@ class ShardReader:
         shape = obj.shape or ()
         if len(shape) != rank:
             self._fail(f"/{name} has rank {len(shape)}, expected {rank}"
-                       + (" [T, P, H]" if rank == 3 else ""))
+                       + (" [T, P, H]" if name == "hidden_states" else ""))
         return obj
 
     def _filters(self, ds: h5py.Dataset) -> list[int]:
@@ -372,6 +372,7 @@ class ShardReader:
             self._fail(f"attribute num_layers = {layers}, manifest says {num_layers}")
         if self._attr_int("hidden_size") != H:
             self._fail(f"attribute hidden_size = {self._attr_int('hidden_size')}, expected {H}")
+        self._check_routing(T, layers)
         self.storage_dtype = self._attr_str("dtype")
         if storage_dtype is not None and self.storage_dtype != storage_dtype:
             self._fail(f"attribute dtype = {excerpt(self.storage_dtype)}, manifest says {storage_dtype}")
@@ -427,6 +428,33 @@ class ShardReader:
         if S and first_last is not None and (int(idx[0]), int(idx[-1])) != tuple(first_last):
             self._fail(f"/sample_index runs from {int(idx[0])} to {int(idx[-1])}, manifest says "
                        f"first_sample {first_last[0]}, last_sample {first_last[1]}")
+
+    def _check_routing(self, T: int, num_layers: int):
+        """MoE outputs' /routed_experts [T, M, k] integers, named by the attributes routed_layers
+        (M increasing layer ids) and routed_top_k (shard_reader.cpp structure_problems). The
+        readers here do not use it; `layertap verify` replays it."""
+        has_data, has_attr = "routed_experts" in self.file, "routed_layers" in self.file.attrs
+        if has_data != has_attr:
+            self._fail("/routed_experts without the attribute routed_layers" if has_data
+                       else "attribute routed_layers without /routed_experts")
+        if not has_data:
+            return
+        layers = np.asarray(self._attr("routed_layers"))
+        if layers.ndim != 1 or layers.dtype.kind not in "iu":
+            self._fail(f"attribute routed_layers = {excerpt(layers.tolist())} must be a list of integers")
+        layers = [int(x) for x in layers]
+        k = self._attr_int("routed_top_k")
+        d = self._dataset("routed_experts", 3)
+        if d.id.get_type().get_class() != h5py.h5t.INTEGER:
+            self._fail(f"/routed_experts is stored as {_describe_type(d.id.get_type())}, expected integers")
+        want = [T, len(layers), k]
+        if [int(x) for x in d.shape] != want:
+            self._fail(f"/routed_experts has shape {[int(x) for x in d.shape]}, expected [T, layers, top-k] = "
+                       f"{want} from /input_ids and the attributes routed_layers, routed_top_k")
+        if k < 1:
+            self._fail(f"attribute routed_top_k is {k}, expected at least 1")
+        if any(x < 0 or x >= num_layers for x in layers) or any(b <= a for a, b in zip(layers, layers[1:])):
+            self._fail(f"attribute routed_layers {layers} is not increasing layer ids below {num_layers}")
 
     def _read_error(self, ds: h5py.Dataset, name: str, what: str, e: BaseException):
         hint = ""

@@ -236,6 +236,22 @@ def empty_run(m):                      # complete, consistent in itself, and of 
     m["shards"], m["totals"], m["dataset"]["samples"] = [], {"samples": 0, "tokens": 0, "bytes": 0}, 0
 
 
+def routing(layers, k, rows_layers=None):
+    """A MoE routing record on a shard: attributes for `layers` and k, and /routed_experts with
+    rows_layers (default: as many as `layers`) layers per token."""
+    def mutate(f, tmp):
+        f.attrs["routed_layers"] = np.array(layers, dtype=np.int64)
+        f.attrs["routed_top_k"] = np.int64(k)
+        m = len(layers) if rows_layers is None else rows_layers
+        f.create_dataset("routed_experts", data=np.zeros((shard_T(f), m, k), dtype="<i2"), maxshape=(None, m, k))
+    return mutate
+
+
+def routing_everywhere(out, tmp):
+    for name in (S0, S1, "shard-00002.h5"):
+        edit_shard(name, routing([1, 3, 5], 2))(out, tmp)
+
+
 def manifest_dir(out, tmp):
     (out / M).unlink()
     (out / M).mkdir()
@@ -344,6 +360,11 @@ ROWS = [
         ["/sample_index runs from 2 to 3, manifest says first_sample 2, last_sample 2"]),
     Row("unfinished-shard-listed", tmp_shard, M, ["'shards[2].file'", "does not end in .h5"]),
     Row("complete-empty-dataset", manifest(empty_run), M, ["complete over a dataset of 0 samples"]),
+    # a MoE output's routing record (what verify replays) agrees with its attributes
+    Row("routing-shape", edit_shard(S0, routing([1, 3, 5], 2, rows_layers=2)), S0,
+        ["/routed_experts has shape [7, 2, 2], expected [T, layers, top-k] = [7, 3, 2]"]),
+    Row("routing-attribute-alone", edit_shard(S0, lambda f, t: f.attrs.__setitem__(
+        "routed_layers", np.array([1, 3], dtype=np.int64))), S0, ["attribute routed_layers without /routed_experts"]),
     Row("external-link", edit_shard(S0, external_link), S0, ["/input_ids is an external link to", "other.h5"]),
     Row("external-storage", edit_shard(S0, external_storage), S0,
         ["/input_ids keeps its data outside the shard"]),
@@ -405,6 +426,7 @@ def inner_symlink(out, tmp):
 
 
 ACCEPTED = [("base", LENGTHS, (), lambda o, t: None),
+            ("routing-record", LENGTHS, (), routing_everywhere),
             ("inner-symlink", LENGTHS, (), inner_symlink),
             ("skipped-samples", LENGTHS, (1, 4), lambda o, t: None)]
 

@@ -1,6 +1,7 @@
 // The backend interface: a loaded model that runs a packed batch and returns captured states.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ class Backend {
   // rank 0 compute their share and return an empty vector.
   virtual std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
                                                       DType dtype) = 0;
+  // The MoE routing of the last forward (model/routing_record.hpp): [T, M, k] global expert ids of
+  // each token at each of the model's M MoE layers; empty for a dense model and on ranks that do
+  // not capture.
+  virtual std::vector<int16_t> routed_experts() const = 0;
 };
 
 }  // namespace layertap

@@ -6,8 +6,8 @@
 
 namespace layertap {
 
-void CapturedBatch::validate(int64_t expected_points, int64_t expected_hidden,
-                             DType expected_dtype) const {
+void CapturedBatch::validate(int64_t expected_points, int64_t expected_hidden, DType expected_dtype,
+                             int64_t expected_routed_width) const {
   LT_CHECK(num_points() == expected_points, "captured batch has ", num_points(),
            " capture points, writer expects ", expected_points);
   LT_CHECK(hidden == expected_hidden, "captured batch has hidden size ", hidden,
@@ -29,6 +29,10 @@ void CapturedBatch::validate(int64_t expected_points, int64_t expected_hidden,
   for (int64_t p = 0; p < num_points(); ++p)
     LT_CHECK(states[p].size() == bytes, "captured batch point ", p, " holds ", states[p].size(),
              " bytes, expected [", T, ", ", hidden, "] ", dtype_name(dtype), " = ", bytes);
+  LT_CHECK(routed_width == expected_routed_width, "captured batch has a routing record ", routed_width,
+           " ids wide, writer expects ", expected_routed_width);
+  LT_CHECK(int64_t(routed_experts.size()) == T * routed_width, "captured batch routing record holds ",
+           routed_experts.size(), " ids, expected ", T, " tokens x ", routed_width);
 }
 
 namespace {
@@ -64,6 +68,7 @@ void CapturedBatch::drop_samples(const std::vector<int64_t>& positions) {
   kept.hidden = hidden;
   kept.dtype = dtype;
   kept.states.resize(states.size());
+  kept.routed_width = routed_width;
   kept.offsets.push_back(0);
   std::size_t next = 0;
   for (int64_t s = 0; s < num_samples(); ++s) {
@@ -79,6 +84,8 @@ void CapturedBatch::drop_samples(const std::vector<int64_t>& positions) {
     for (std::size_t p = 0; p < states.size(); ++p)
       kept.states[p].insert(kept.states[p].end(), states[p].begin() + long(std::size_t(t0) * row),
                             states[p].begin() + long(std::size_t(t1) * row));
+    kept.routed_experts.insert(kept.routed_experts.end(), routed_experts.begin() + t0 * routed_width,
+                               routed_experts.begin() + t1 * routed_width);
   }
   *this = std::move(kept);
 }

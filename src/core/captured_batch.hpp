@@ -17,6 +17,9 @@ struct CapturedBatch {
   int64_t hidden = 0;                 // H
   DType dtype = DType::BF16;          // element type of `states` (BF16 or F32)
   std::vector<std::vector<std::byte>> states;  // [P] tensors, each [T, H] of `dtype`
+  // MoE models: [T, routed_width] expert ids, routed_width = M layers x top-k (model/routing_record.hpp)
+  std::vector<int16_t> routed_experts;
+  int64_t routed_width = 0;
 
   int64_t num_samples() const { return int64_t(sample_index.size()); }
   int64_t num_tokens() const { return int64_t(input_ids.size()); }
@@ -33,8 +36,10 @@ struct CapturedBatch {
   void drop_samples(const std::vector<int64_t>& positions);
 
   // Throws an Error naming both sides on any mismatch: point count, hidden size, dtype, offsets
-  // that are not increasing from 0 to T, mask length, byte sizes of each state tensor.
-  void validate(int64_t expected_points, int64_t expected_hidden, DType expected_dtype) const;
+  // that are not increasing from 0 to T, mask length, byte sizes of each state tensor, the
+  // routing record's width and length.
+  void validate(int64_t expected_points, int64_t expected_hidden, DType expected_dtype,
+                int64_t expected_routed_width = 0) const;
 };
 
 }  // namespace layertap

@@ -59,7 +59,7 @@ void OutputWriter::fail(const std::exception& e) {
 }
 
 void OutputWriter::submit(CapturedBatch batch) {
-  batch.validate(meta_.num_points(), meta_.hidden, meta_.batch_dtype());
+  batch.validate(meta_.num_points(), meta_.hidden, meta_.batch_dtype(), meta_.routed_width());
   {
     std::unique_lock lock(mutex_);
     LT_CHECK(!draining_ && !stopping_, "output writer: submit() after finish()");

@@ -59,6 +59,7 @@ void check_self_contained(hid_t file, const std::string& path) {
   check_one("hidden_states", false);
   if (H5Lexists(file, "hidden_scales", H5P_DEFAULT) > 0) check_one("hidden_scales", false);
   for (const char* name : kIndexDatasets) check_one(name, true);
+  if (H5Lexists(file, "routed_experts", H5P_DEFAULT) > 0) check_one("routed_experts", true);
 }
 
 // The filters of a dataset's creation property list, in write order.
@@ -281,6 +282,10 @@ ShardReader::ShardReader(const std::filesystem::path& file) : impl_(std::make_un
   meta.architecture = h5::read_attr_string(f, "architecture");
   meta.config_sha256 = h5::read_attr_string(f, "config_sha256");
   meta.weights_fingerprint = h5::read_attr_string(f, "weights_fingerprint");
+  if (h5::has_attr(f, "routed_layers")) {  // MoE outputs: /routed_experts (structure_problems checks it)
+    meta.routed_layers = h5::read_attr_ints(f, "routed_layers");
+    meta.routed_top_k = h5::has_attr(f, "routed_top_k") ? h5::read_attr_int(f, "routed_top_k") : 0;
+  }
 }
 
 ShardReader::~ShardReader() = default;
@@ -356,6 +361,18 @@ std::vector<uint8_t> ShardReader::loss_mask() const {
   return impl_->read_1d<uint8_t>("loss_mask", H5T_NATIVE_UINT8);
 }
 
+bool ShardReader::has_routing() const { return !impl_->meta.routed_layers.empty(); }
+
+std::vector<int16_t> ShardReader::routed_experts(int64_t t0, int64_t t1) const {
+  const OutputMeta& meta = impl_->meta;
+  LT_CHECK(has_routing(), "'", impl_->path, "' records no routing");
+  LT_CHECK(0 <= t0 && t0 <= t1 && t1 <= num_tokens(), "rows ", t0, "..", t1, " of /routed_experts are outside [0, ",
+           num_tokens(), "]");
+  std::vector<int16_t> out(std::size_t((t1 - t0) * meta.routed_width()));
+  if (t1 > t0) impl_->read_rows("routed_experts", t0, t1, H5T_NATIVE_INT16, out.data());
+  return out;
+}
+
 std::vector<float> ShardReader::hidden_states(int64_t t0, int64_t t1) const {
   const Impl& m = *impl_;
   const Impl::Column& hs = m.column("hidden_states");
@@ -424,6 +441,26 @@ std::vector<std::string> ShardReader::structure_problems() const {
                              format_shape(want_scales)));
     if (const std::string stored = hidden_dtype(); stored != dtype_name(DType::F8_E4M3))
       problems.push_back(cat("/hidden_states of a float8 shard is stored as ", stored, ", expected uint8 codes"));
+  }
+  // MoE outputs: the routing record, [T, M, k] integers, with the attributes naming M and k.
+  const bool routing_data = H5Lexists(impl_->file.get(), "routed_experts", H5P_DEFAULT) > 0;
+  if (routing_data != !meta.routed_layers.empty()) {
+    problems.push_back(routing_data ? "/routed_experts without the attribute routed_layers"
+                                    : "attribute routed_layers without /routed_experts");
+  } else if (routing_data) {
+    const std::vector<int64_t> want{T, int64_t(meta.routed_layers.size()), meta.routed_top_k};
+    if (const auto rd = impl_->dims("routed_experts"); rd != want)
+      problems.push_back(cat("/routed_experts has shape ", format_shape(rd), ", expected [T, layers, top-k] = ",
+                             format_shape(want), " from /input_ids and the attributes routed_layers, routed_top_k"));
+    if (meta.routed_top_k < 1)
+      problems.push_back(cat("attribute routed_top_k is ", meta.routed_top_k, ", expected at least 1"));
+    for (std::size_t i = 0; i < meta.routed_layers.size(); ++i)
+      if (meta.routed_layers[i] < 0 || meta.routed_layers[i] >= meta.num_layers ||
+          (i > 0 && meta.routed_layers[i] <= meta.routed_layers[i - 1])) {
+        problems.push_back(cat("attribute routed_layers ", format_shape(meta.routed_layers),
+                               " is not increasing layer ids below ", meta.num_layers));
+        break;
+      }
   }
   if (int64_t(meta.point_specs.size()) != meta.num_points())
     problems.push_back(cat("attribute capture_points has ", meta.point_specs.size(),

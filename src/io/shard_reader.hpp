@@ -41,6 +41,10 @@ class ShardReader {
   std::vector<int64_t> sample_index() const;    // [S]
   std::vector<int32_t> input_ids() const;       // [T]
   std::vector<uint8_t> loss_mask() const;       // [T]
+  // MoE outputs: whether the shard records each token's routing, and rows [t0, t1) of it:
+  // [t1 - t0, M, k] global expert ids (meta().routed_layers are the M layers).
+  bool has_routing() const;
+  std::vector<int16_t> routed_experts(int64_t t0, int64_t t1) const;
   // Rows [t0, t1) of /hidden_states converted to float32: [t1 - t0, P, H]. float8 codes are
   // multiplied by their /hidden_scales (in float32, as docs/FORMAT.md tells h5py users to).
   //

@@ -1,6 +1,7 @@
 #include "io/shard_writer.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -284,6 +285,11 @@ void OutputMeta::validate() const {
              "' has id ", point_ids[p], ", outside 0..", L + 1, " for ", L, " layers");
   LT_CHECK(dtype == DType::BF16 || dtype == DType::F32 || dtype == DType::F8_E4M3,
            "hidden states cannot be stored as ", dtype_name(dtype), " (supported: bfloat16, float32, float8_e4m3)");
+  LT_CHECK(routed_layers.empty() == (routed_top_k == 0) && routed_top_k >= 0, "output metadata records ",
+           routed_layers.size(), " routed layers with top-k ", routed_top_k);
+  for (std::size_t i = 0; i < routed_layers.size(); ++i)
+    LT_CHECK(routed_layers[i] >= 0 && routed_layers[i] < L && (i == 0 || routed_layers[i] > routed_layers[i - 1]),
+             "output metadata: routed layer ", routed_layers[i], " is not an increasing layer id below ", L);
   (void)resolved(compression);  // throws on a level or thread count out of range
 }
 
@@ -301,6 +307,7 @@ struct ShardWriter::Impl {
   h5::Id file, state_type;
   std::vector<Column> columns;  // hidden_states, input_ids, loss_mask, sample_offsets, sample_index
                                 // [, hidden_scales for float8]
+  std::optional<Column> routed;  // routed_experts of a MoE model
   std::vector<std::byte> staging;  // [rows_per_chunk, P, H] interleave buffer
   std::unique_ptr<ChunkPipeline> pipeline;  // float8 or compressed storage
   std::vector<Fp8Fidelity> fp8_error;       // [P] float8: of the chunks written so far
@@ -330,6 +337,10 @@ struct ShardWriter::Impl {
     h5::write_attr(f, "architecture", meta.architecture);
     h5::write_attr(f, "config_sha256", meta.config_sha256);
     h5::write_attr(f, "weights_fingerprint", meta.weights_fingerprint);
+    if (!meta.routed_layers.empty()) {
+      h5::write_attr(f, "routed_layers", meta.routed_layers);
+      h5::write_attr(f, "routed_top_k", meta.routed_top_k);
+    }
   }
 
   void create_columns() {
@@ -368,6 +379,10 @@ struct ShardWriter::Impl {
     }
     if (meta.dtype == DType::F8_E4M3 || meta.compression.enabled())
       pipeline = std::make_unique<ChunkPipeline>(meta, rows_per_chunk);
+    if (meta.routed_width() > 0)  // [T, M, k] int16, chunks of about 1 MiB
+      routed.emplace(f, "routed_experts", H5T_STD_I16LE, H5T_NATIVE_INT16,
+                     std::vector<hsize_t>{hsize_t(meta.routed_layers.size()), hsize_t(meta.routed_top_k)},
+                     std::clamp((int64_t(1) << 20) / (2 * meta.routed_width()), int64_t(1), kTokenChunk));
   }
 
   // Writes one encoded chunk at its place in /hidden_states, and its float8 scales.
@@ -464,6 +479,7 @@ struct ShardWriter::Impl {
   void abandon() noexcept {
     pipeline.reset();  // joins the workers; chunks not written are dropped
     for (auto& c : columns) c.reset();
+    if (routed) routed->reset();
     state_type.reset();
     file.reset();
     if (open) {
@@ -507,7 +523,7 @@ void ShardWriter::append(const CapturedBatch& batch) {
   LT_CHECK(m.open && !m.broken, "shard '", m.name, "' is ",
            m.open ? "unusable after a failed write" : "already closed");
   const int64_t P = m.meta.num_points(), H = m.meta.hidden;
-  batch.validate(P, H, m.meta.batch_dtype());
+  batch.validate(P, H, m.meta.batch_dtype(), m.meta.routed_width());
   for (int64_t s = 0; s < batch.num_samples(); ++s)
     LT_CHECK(batch.sample_index[s] >= 0, "captured batch sample ", s, " has dataset index ",
              batch.sample_index[s]);
@@ -522,6 +538,7 @@ void ShardWriter::append(const CapturedBatch& batch) {
   m.loss_mask().append(batch.loss_mask.data(), T);
   m.sample_offsets().append(offsets.data(), S);
   m.sample_index().append(batch.sample_index.data(), S);
+  if (m.routed) m.routed->append(batch.routed_experts.data(), T);
   m.broken = false;
   failpoint("shard-write");  // crash tests: die with a shard half-written
   if (m.samples == 0) m.first_sample = batch.sample_index.front();
@@ -542,6 +559,7 @@ ShardInfo ShardWriter::close() {
     if (m.meta.dtype == DType::F8_E4M3) m.write_fp8_error();
     m.broken = false;
     for (auto& c : m.columns) c.close();
+    if (m.routed) m.routed->close();
     m.state_type.reset();
     m.file.close(where);  // flushes HDF5's metadata and cached chunks
     fsync_path(m.tmp_path);

@@ -43,8 +43,13 @@ struct OutputMeta {
   DType dtype = DType::BF16;             // storage type of /hidden_states: BF16, F32 or F8_E4M3
   Compression compression;               // lossless filter of /hidden_states (and its threads)
   std::string architecture, config_sha256, weights_fingerprint;
+  // MoE models: the layers /routed_experts records (model/routing_record.hpp) and the experts per
+  // token; empty and 0 for a dense model (no /routed_experts).
+  std::vector<int64_t> routed_layers;
+  int64_t routed_top_k = 0;
 
   int64_t num_points() const { return int64_t(point_ids.size()); }
+  int64_t routed_width() const { return int64_t(routed_layers.size()) * routed_top_k; }
   // The dtype of the CapturedBatch states the writer takes: `dtype`, except BF16 for F8_E4M3
   // (the writer quantizes bf16 states and measures its error against them).
   DType batch_dtype() const { return dtype == DType::F8_E4M3 ? DType::BF16 : dtype; }

@@ -103,6 +103,7 @@ class CudaRankBackend final : public Backend {
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan, DType dtype) override {
     return impl_.forward(batch, plan, dtype);
   }
+  std::vector<int16_t> routed_experts() const override { return impl_.routed_experts(); }
   std::string description() const { return impl_.description(); }
   const cuda::LoadStats& load_stats() const { return impl_.load_stats(); }
 

@@ -385,6 +385,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   for (const Batch& b : batches)
     for (const Segment& seg : b) my_tokens += seg.tokens();
   ChunkJoiner joiner(cfg.hidden_size * int64_t(dtype_size(meta.batch_dtype())));
+  ChunkJoiner routing_joiner(meta.routed_width() * int64_t(sizeof(int16_t)));  // [T, M, k] rows, as the states
   auto last_progress = Clock::now();
   bool stopped = false;
   for (int64_t step = 0; step < steps; ++step) {
@@ -399,6 +400,15 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
     // float8 storage quantizes bf16 states; a chunked sample's rows wait for its last chunk
     std::vector<std::vector<std::byte>> states =
         joiner.join(batch, my_lengths, backend->forward(pb, plan, meta.batch_dtype()));
+    std::vector<std::vector<std::byte>> routing;  // [1] the routing record's bytes, on the writer
+    if (meta.routed_width() > 0 && !states.empty()) {
+      const std::vector<int16_t> r = backend->routed_experts();
+      LT_CHECK(int64_t(r.size()) == pb.num_tokens() * meta.routed_width(), "the backend recorded ", r.size(),
+               " routing ids for a batch of ", pb.num_tokens(), " tokens x ", meta.routed_width());
+      routing.emplace_back(reinterpret_cast<const std::byte*>(r.data()),
+                           reinterpret_cast<const std::byte*>(r.data() + r.size()));
+      routing = routing_joiner.join(batch, my_lengths, std::move(routing));
+    }
     // The samples that end in this batch, whole (a long sample's earlier chunks ran before).
     const std::vector<std::size_t> ending = samples_ending_in(batch, my_lengths);
     CapturedBatch cb;
@@ -411,6 +421,11 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
       cb.offsets.push_back(cb.num_tokens());
     }
     cb.states = std::move(states);
+    if (!routing.empty()) {
+      cb.routed_width = meta.routed_width();
+      const auto* ids = reinterpret_cast<const int16_t*>(routing[0].data());
+      cb.routed_experts.assign(ids, ids + routing[0].size() / sizeof(int16_t));
+    }
     if (!cb.states.empty())
       for (std::size_t k = 0; k < ending.size(); ++k)  // fault injection: LAYERTAP_FAILPOINT=state:<index>:nan
         if (failpoint_poisons("state", long(mine[ending[k]].index)))

@@ -12,6 +12,7 @@
 #include "io/output_writer.hpp"
 #include "io/progress.hpp"
 #include "io/shard_reader.hpp"
+#include "model/routing_record.hpp"
 
 namespace layertap::job {
 namespace {
@@ -37,6 +38,10 @@ io::OutputMeta make_output_meta(const ExtractOptions& o, const ModelConfig& cfg,
   meta.architecture = cfg.architecture;
   meta.config_sha256 = config_sha256;
   meta.weights_fingerprint = weights_fingerprint;
+  if (cfg.moe) {  // every MoE output records its routing (/routed_experts): verify replays it
+    meta.routed_layers = moe_layer_ids(cfg);
+    meta.routed_top_k = cfg.moe->experts_per_token;
+  }
   return meta;
 }
 

@@ -171,9 +171,9 @@ class Verifier {
           if (!recomputed && !scoring) continue;
           const auto T = std::size_t(t1 - t0);
           const std::string where = cat("sample ", index[std::size_t(s)], " (", name, " #", s, ", ", t1 - t0, " tokens)");
-          const StoredSample sample{where,
-                                    std::span(ids).subspan(std::size_t(t0), T),
-                                    std::span(mask).subspan(std::size_t(t0), T), stored};
+          const StoredSample sample{where, std::span(ids).subspan(std::size_t(t0), T),
+                                    std::span(mask).subspan(std::size_t(t0), T), stored,
+                                    recomputed && r.has_routing() ? r.routed_experts(t0, t1) : std::vector<int16_t>{}};
           if (recomputed) recomputer->check(sample, report_);
           if (scoring) head->score(sample);
         }

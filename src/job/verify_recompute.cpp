@@ -12,6 +12,12 @@
 
 namespace layertap::job {
 
+namespace {
+// A float32 output (cpu backend) routes as this recompute does up to the summation order of the
+// products: its router input is within this relative error.
+constexpr double kRoutingFloat32Bound = 1e-4;
+}  // namespace
+
 SampleRecompute::SampleRecompute(const Checkpoint& ckpt, const ModelConfig& cfg, const io::Manifest& m)
     : vocab_size_(cfg.vocab_size),
       hidden_(cfg.hidden_size),
@@ -33,7 +39,17 @@ void SampleRecompute::check(const StoredSample& s, VerifyReport& report) {
     return;
   }
   batch.offsets = {0, T};
+  // A MoE output's recorded routing is replayed (a bf16 forward may break a near-tie the other way
+  // than this float32 one): each recorded choice must be one a forward within the bound could make.
+  const bool replay = !s.routing.empty();
+  if (replay) backend_.replay_routing(s.routing, cuda_output_ ? kBf16ForwardBound : kRoutingFloat32Bound);
   const auto states = backend_.forward(batch, plan_, DType::F32);
+  if (replay && !backend_.implausible_routing().empty()) {
+    report.recomputed();
+    report.problem(cat(s.where, ": recorded routing at ", backend_.implausible_routing(),
+                       ": no forward within the bound makes that choice (a routing bug, or /routed_experts damaged)"));
+    return;
+  }
   const DType storage = io::parse_storage_dtype(storage_dtype_);
   const int64_t P = int64_t(plan_.points.size());
   const float* stored = s.states.data();

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace layertap::job {
 
@@ -11,6 +12,9 @@ struct StoredSample {
   std::span<const int32_t> ids;   // [T] token ids
   std::span<const uint8_t> mask;  // [T] loss mask
   std::span<const float> states;  // [T, P, H] as stored, in float32
+  // MoE outputs: [T, M, k] the routing the output's forward chose (model/routing_record.hpp);
+  // empty for dense models and outputs written before it was recorded.
+  std::vector<int16_t> routing;
 };
 
 }  // namespace layertap::job

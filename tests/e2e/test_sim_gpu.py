@@ -6,10 +6,11 @@ processes) on its own simulated device, and the output is checked as a user woul
 - dense (llama_tp, np 4 = 2 groups of tp 2): `layertap verify` recomputes every sample with the
   float32 CPU backend and accepts it (the cuda backend's bound, 5e-2 per sample and point);
   the same samples, tokens and masks as the CPU backend's output of the same job, in input order;
-- MoE, FP8 and INT4 checkpoints at tp 2, both expert splits: the run completes, every state is
-  finite and `verify --samples 0` accepts the shards; qwen3_moe is also recomputed (its routing
-  has no near-ties a bf16 forward flips; deepseek_v3's and kimi's random fixtures have, see
-  docs/GPU.md "Tolerances");
+- MoE, FP8 and INT4 checkpoints at tp 1 and 2, both expert splits, chunked and not: every state
+  is finite and `verify` recomputes every sample and accepts it, replaying the routing the output
+  records (/routed_experts: the bf16 forward flips near-ties of deepseek_v3's and kimi's random
+  fixtures against the float32 choice); a recorded expert no bf16 forward would choose, an id out
+  of range or twice in a token, and swapped points are each caught;
 - GPU binding: one GPU per task (each rank its own CUDA_VISIBLE_DEVICES, as Slurm's
   --gpus-per-task=1 sets it) runs; two tasks bound to one GPU, or more ranks than GPUs, are
   refused on every rank naming both local ranks and the GPU's PCI bus id.
@@ -17,10 +18,12 @@ processes) on its own simulated device, and the output is checked as a user woul
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 import e2e_common
@@ -73,8 +76,8 @@ class SimulatedGpu(unittest.TestCase):
         self.assertIn("cuda backend", r.stdout)
 
     def test_moe_and_quantized_tp2(self):
-        for model, split, recompute in [("deepseek_v3_fp8", "experts", False), ("kimi_k25_int4", "intermediate", False),
-                                        ("qwen3_moe", "experts", True), ("qwen3_moe", "intermediate", True)]:
+        for model, split in [("deepseek_v3_fp8", "experts"), ("kimi_k25_int4", "intermediate"),
+                             ("kimi_k25_int4", "experts"), ("qwen3_moe", "experts"), ("qwen3_moe", "intermediate")]:
             with self.subTest(model=model, split=split):
                 out = self.tmp / f"{model}-{split}"
                 self.run_ok(out, model, 2, "--backend", "cuda", "--tp", "2", "--moe-split", split)
@@ -82,8 +85,55 @@ class SimulatedGpu(unittest.TestCase):
                 self.assertEqual(sorted(g[0] for g in got), list(range(5)))
                 for g in got:
                     self.assertTrue(np.isfinite(g[3]).all(), f"sample {g[0]}")
-                r = verify(out, -1 if recompute else 0)
+                r = verify(out, -1)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_moe_tp1_replays_recorded_routing(self):
+        """One GPU: the output records each token's experts; verify replays them, accepts the
+        output, and still refuses damage to the record or to the states."""
+        for model in ("deepseek_v3_fp8", "kimi_k2", "kimi_k25_int4"):
+            with self.subTest(model=model):
+                out = self.tmp / f"tp1-{model}"
+                self.run_ok(out, model, 1, "--backend", "cuda")
+                r = verify(out, -1)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertIn("5 sample(s) recomputed", r.stdout + r.stderr)
+        good = self.tmp / "tp1-deepseek_v3_fp8"
+
+        def damaged(name, edit):
+            bad = self.tmp / f"bad-routing-{name}"
+            shutil.rmtree(bad, ignore_errors=True)
+            shutil.copytree(good, bad)
+            if edit is not None:
+                with h5py.File(bad / "shard-00000.h5", "r+") as f:
+                    r = f["routed_experts"]
+                    a = r[...]
+                    edit(a)
+                    r[...] = a
+                subprocess.run([sys.executable, ARGS.corrupt, bad, "manifest", "complete", "true", "--rechecksum"],
+                               check=True)
+            return bad
+
+        def set_choice(token, layer, j, expert):
+            return lambda a: a.__setitem__((token, layer, j), expert)
+
+        cases = [
+            # sample 2, token 5, the second MoE layer: its group is outranked beyond the bf16 noise
+            ("far-expert", set_choice(25, 1, 1, 0), "recorded routing at layer 2, token 5: expert 0 is in group 0"),
+            ("out-of-range", set_choice(0, 0, 0, 99), "expert 99 is outside [0, 8)"),
+            ("twice", lambda a: a.__setitem__((3, 0, 1), a[3, 0, 0]), "is chosen twice"),
+        ]
+        for name, edit, expected in cases:
+            with self.subTest(damage=name):
+                r = verify(damaged(name, edit), -1)
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn(expected, r.stdout + r.stderr)
+        with self.subTest(damage="swapped points"):  # replaying the routing hides no damage to the states
+            bad = damaged("swap", None)
+            subprocess.run([sys.executable, ARGS.corrupt, bad, "swap-points", "1", "3", "--rechecksum"], check=True)
+            r = verify(bad, -1)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("recomputed states differ", r.stdout + r.stderr)
 
     def mpmd(self, out, visible, *extra, var="CUDA_VISIBLE_DEVICES"):
         """np = len(visible) ranks, rank i with var=visible[i] (CUDA_VISIBLE_DEVICES: Slurm's per-task binding)."""
@@ -129,11 +179,10 @@ class SimulatedGpu(unittest.TestCase):
     def test_samples_longer_than_a_batch_run_in_chunks(self):
         # golden.jsonl holds samples of 19, 1, 61, 7 and 33 tokens: batches of 16 tokens run three
         # of them in chunks, each GPU keeping the keys and values (GQA) or latents (MLA) of their
-        # earlier chunks; verify recomputes every sample whole on the CPU and compares. kimi_k2's own
-        # routing flips a near tie against the CPU's on sample 2, chunked or not (as in
-        # test_moe_and_quantized_tp2), so it is checked for structure and finite states here; its
-        # chunked states are held to the reference with the routing forced in test_gpu_cuda_backend.
-        for model, recompute in [("llama_tp", True), ("qwen3_moe", True), ("kimi_k2", False)]:
+        # earlier chunks; verify recomputes every sample whole on the CPU and compares (kimi_k2's
+        # routing, which flips a near tie against the CPU's on sample 2, replayed from the record,
+        # whose chunks are joined per sample like the states).
+        for model in ("llama_tp", "qwen3_moe", "kimi_k2"):
             with self.subTest(model=model):
                 out = self.tmp / f"chunked-{model}"
                 r = self.run_ok(out, model, 2, "--backend", "cuda", "--tp", "2", "--max-batch-tokens", "16",
@@ -144,7 +193,7 @@ class SimulatedGpu(unittest.TestCase):
                 self.assertEqual([g[0] for g in got], list(range(5)))
                 for g in got:
                     self.assertTrue(np.isfinite(g[3]).all(), f"sample {g[0]}")
-                r = verify(out, -1 if recompute else 0)
+                r = verify(out, -1)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_one_gpu_per_task_runs(self):
@@ -169,4 +218,4 @@ class SimulatedGpu(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    run_tests(("layertap", "mpirun", "fixtures"))
+    run_tests(("layertap", "mpirun", "fixtures", "corrupt"))

@@ -144,6 +144,54 @@ TEST(ShardWriter, AppendsBatchesAndRecordsMetadata) {
   }
 }
 
+// A MoE output's routing record: [T, M, k] int16 rows beside the states, named by the attributes
+// routed_layers and routed_top_k, read back row for row; a batch of another width is refused, and
+// a record that disagrees with its attributes is a structure problem.
+TEST(ShardWriter, RecordsTheRoutingOfAMoeOutput) {
+  TempDir dir;
+  OutputMeta meta = test_meta(2, 16, DType::BF16);
+  meta.routed_layers = {1, 3, 4};
+  meta.routed_top_k = 2;
+  std::vector<CapturedBatch> batches = {make_batch({0, 1}, {5, 3}, meta), make_batch({2}, {4}, meta)};
+  int16_t next = 0;
+  for (CapturedBatch& b : batches) {
+    b.routed_width = meta.routed_width();
+    for (int64_t i = 0; i < b.num_tokens() * b.routed_width; ++i) b.routed_experts.push_back(int16_t(next++ % 97));
+  }
+  {
+    ShardWriter w(dir.path(), "shard.h5", meta);
+    CapturedBatch narrow = batches[1];
+    narrow.routed_width = 4;
+    narrow.routed_experts.resize(std::size_t(narrow.num_tokens() * 4));
+    EXPECT_THROW(w.append(narrow), Error);  // validated before anything is written
+    for (const auto& b : batches) w.append(b);
+    w.close();
+  }
+  const fs::path file = dir.path() / "shard.h5";
+  {
+    ShardReader r(file);
+    EXPECT_TRUE(r.has_routing());
+    EXPECT_EQ(r.meta().routed_layers, meta.routed_layers);
+    EXPECT_EQ(r.meta().routed_top_k, 2);
+    EXPECT_TRUE(r.structure_problems().empty());
+    std::vector<int16_t> all = batches[0].routed_experts;
+    all.insert(all.end(), batches[1].routed_experts.begin(), batches[1].routed_experts.end());
+    EXPECT_EQ(r.routed_experts(0, 12), all);
+    EXPECT_EQ(r.routed_experts(5, 8), std::vector<int16_t>(all.begin() + 5 * 6, all.begin() + 8 * 6));
+  }
+  {
+    h5::Id f(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+    ASSERT_GE(H5Adelete(f.get(), "routed_layers"), 0);
+    h5::write_attr(f.get(), "routed_layers", std::vector<int64_t>{1, 3});
+  }
+  const ShardReader r(file);
+  const std::vector<std::string> problems = r.structure_problems();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("/routed_experts has shape [12, 3, 2], expected [T, layers, top-k] = [12, 2, 2]"),
+            std::string::npos)
+      << problems[0];
+}
+
 TEST(ShardWriter, ChunkRowsTargetTwoMiB) {
   EXPECT_EQ(ShardWriter::chunk_rows(4, 4096, DType::BF16), 64);  // Llama-8B, eagle3: 2 MiB
   EXPECT_EQ(ShardWriter::chunk_rows(4, 4096, DType::F32), 32);

@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 // Plain host C++ when not compiled by nvcc.
 #include "kernels/moe_routing.hpp"
+#include "model/routing_record.hpp"
 
 namespace layertap {
 namespace {
@@ -422,6 +423,63 @@ TEST(MoeRoutingNaN, CpuRouteWithANaNHiddenStateStaysInRange) {
         EXPECT_EQ(r.experts[std::size_t(t * k + j)], ref.experts[std::size_t(t * k + j)]) << "token " << t;
     }
   }
+}
+
+}  // namespace layertap
+
+namespace layertap {
+
+// Replaying a recorded choice (verify): the backend's own choice replays bit for bit, weights
+// included; an expert far below the k-th, or in a group far below the kept ones, is implausible;
+// one within the bf16 noise of the k-th is not.
+TEST(MoeRoutingReplay, OwnChoiceReplaysExactly) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  const int64_t E = 8, T = 16;
+  std::vector<float> h(std::size_t(T * E));
+  for (float& v : h) v = n01(rng);
+  for (const MoeConfig& m : {deepseek(E, 2, 4, 2), deepseek(E, 3, 1, 1, false, 1.0), qwen(E, 2, true)}) {
+    const MoeWeights w = identity_router(E, std::vector<float>(std::size_t(E), 0.1f));
+    const cpu::Routing own = cpu::route(m, w, h.data(), T, E);
+    const cpu::Routing replay = cpu::route_given(m, w, h.data(), T, E, own.experts.data());
+    EXPECT_EQ(replay.experts, own.experts);
+    EXPECT_EQ(replay.weights, own.weights);  // the same float operations: bit for bit
+    EXPECT_EQ(cpu::implausible_choice(m, w, h.data(), T, E, own.experts.data(), 5e-2), "");
+  }
+}
+
+TEST(MoeRoutingReplay, FarChoicesAreImplausibleNearOnesAreNot) {
+  const int64_t E = 8;
+  // One token (identity router: h holds the logits); groups of 2, the best 2 groups kept.
+  const std::vector<float> logits = {4.0f, 3.9f, 3.0f, 2.9f, -4.0f, -4.1f, -3.0f, -3.2f};
+  const MoeConfig m = deepseek(E, 2, 4, 2);
+  const MoeWeights w = identity_router(E, std::vector<float>(std::size_t(E), 0.0f));
+  const cpu::Routing own = cpu::route(m, w, logits.data(), 1, E);
+  ASSERT_EQ(own.experts, (std::vector<int32_t>{0, 1}));
+  // |h| = 10.0, |w_e| = 1, H = 8: at the verify bound each value may move by 0.27 (6 x 5e-2 x
+  // 10.0 / sqrt(8) / 4), enough to swap expert 1 (0.980) for expert 2 (0.953) or 3 (0.948), not to
+  // keep the group of expert 4 (0.018 + 0.016 against 1.96 and 1.90).
+  const std::vector<int32_t> near = {0, 2}, far = {0, 4}, far_in_kept = {0, 3};
+  EXPECT_EQ(cpu::implausible_choice(m, w, logits.data(), 1, E, near.data(), 5e-2), "");
+  EXPECT_NE(cpu::implausible_choice(m, w, logits.data(), 1, E, far.data(), 5e-2).find("expert 4 is in group 2"),
+            std::string::npos);
+  // With a tiny bound (a float32 output) even the near swap is implausible.
+  EXPECT_NE(cpu::implausible_choice(m, w, logits.data(), 1, E, near.data(), 1e-4).find("expert 2 has routing value"),
+            std::string::npos);
+  EXPECT_EQ(cpu::implausible_choice(m, w, logits.data(), 1, E, far_in_kept.data(), 5e-2), "");
+  // Ids out of range or chosen twice cannot be replayed.
+  const std::vector<int32_t> outside = {0, 8}, twice = {1, 1};
+  EXPECT_NE(cpu::implausible_choice(m, w, logits.data(), 1, E, outside.data(), 5e-2).find("outside [0, 8)"),
+            std::string::npos);
+  EXPECT_THROW(cpu::route_given(m, w, logits.data(), 1, E, twice.data()), Error);
+}
+
+TEST(RoutingRecord, TokenAndLayerMajorAreInverses) {
+  const std::vector<std::vector<int32_t>> per_layer = {{0, 1, 2, 3, 4, 5}, {6, 7, 0, 1, 2, 3}};  // M 2, T 3, k 2
+  const std::vector<int16_t> rows = token_major_routing(per_layer, 3, 2);
+  EXPECT_EQ(rows, (std::vector<int16_t>{0, 1, 6, 7, 2, 3, 0, 1, 4, 5, 2, 3}));
+  EXPECT_EQ(layer_major_routing(rows, 2, 2), per_layer);
+  EXPECT_THROW(layer_major_routing({1, 2, 3}, 2, 2), Error);
 }
 
 }  // namespace layertap

@@ -7,6 +7,8 @@
 #include "backend/cpu/moe.hpp"
 #include "backend/cpu/ops.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
+#include "model/routing_record.hpp"
 
 namespace layertap {
 
@@ -67,11 +69,28 @@ void CpuBackend::gqa(const AttentionWeights& a, const float* h, const PackedBatc
 
 // The FFN part on this rank's share (dense: its intermediate slice; MoE: its experts and its slice
 // of the shared experts), then the one all-reduce that sums the shares. h, out: [T, H]
-void CpuBackend::ffn(const LayerWeights& l, const float* h, int64_t T, float* out) {
-  if (const auto* moe = std::get_if<MoeWeights>(&l.ffn))
-    cpu::moe_ffn(*c_.moe, *moe, h, T, c_.hidden_size, out);
-  else
+void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
+  const LayerWeights& l = w_.layers[std::size_t(layer)];
+  if (const auto* moe = std::get_if<MoeWeights>(&l.ffn)) {
+    const std::size_t m = routing_.size();  // this layer's place among the MoE layers
+    const int64_t H = c_.hidden_size;
+    cpu::Routing r;
+    if (replay_.empty()) {
+      r = cpu::route(*c_.moe, *moe, h, T, H);
+    } else {
+      LT_CHECK(m < replay_.size() && int64_t(replay_[m].size()) == T * c_.moe->experts_per_token,
+               "replayed routing does not cover MoE layer ", layer, " of a batch of ", T, " tokens");
+      r = cpu::route_given(*c_.moe, *moe, h, T, H, replay_[m].data());
+      if (implausible_.empty())
+        if (const std::string why = cpu::implausible_choice(*c_.moe, *moe, h, T, H, replay_[m].data(), replay_bound_);
+            !why.empty())
+          implausible_ = cat("layer ", layer, ", ", why);
+    }
+    cpu::moe_ffn(*c_.moe, *moe, r, h, T, H, out);
+    routing_.push_back(std::move(r.experts));
+  } else {
     cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out);
+  }
   comm_.all_reduce_sum(out, std::size_t(T * c_.hidden_size));
 }
 
@@ -106,6 +125,8 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
       if (plan.points[p].id == id) states[p] = store(x, dtype);
   };
 
+  routing_.clear();
+  implausible_.clear();
   std::vector<float> x(std::size_t(T * H));  // the residual stream [T, H]
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = batch.tokens[std::size_t(t)];
@@ -122,7 +143,7 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
     attention(i, h.data(), batch, delta.data());
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
     cpu::rms_norm(x.data(), l.post_attn_norm.data(), h.data(), T, H, eps);
-    ffn(l, h.data(), T, delta.data());
+    ffn(i, h.data(), T, delta.data());
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
   }
   capture(L, x);
@@ -130,7 +151,20 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
   capture(L + 1, h);
   const int64_t last = batch.offsets[batch.offsets.size() - 2];  // the last segment's first row
   kept_positions_ = batch.last_continues ? T - last + (batch.num_samples() == 1 ? batch.first_position : 0) : 0;
+  replay_.clear();
+  last_tokens_ = T;
   return states;
+}
+
+std::vector<int16_t> CpuBackend::routed_experts() const {
+  if (comm_.rank() != 0 || routing_.empty()) return {};
+  return token_major_routing(routing_, last_tokens_, c_.moe->experts_per_token);
+}
+
+void CpuBackend::replay_routing(std::vector<int16_t> experts, double state_bound) {
+  LT_CHECK(c_.moe.has_value(), "cpu backend: a dense model has no routing to replay");
+  replay_ = layer_major_routing(experts, int64_t(moe_layer_ids(c_).size()), c_.moe->experts_per_token);
+  replay_bound_ = state_bound;
 }
 
 }  // namespace layertap

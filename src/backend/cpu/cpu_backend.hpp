@@ -2,6 +2,8 @@
 // assembled from parts: GQA or MLA attention, dense or MoE FFN.
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/cpu/ops.hpp"
@@ -18,6 +20,13 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
                                               DType dtype) override;
+  std::vector<int16_t> routed_experts() const override;
+  // verify: the next forward routes each token as recorded ([T, M, k], a bf16 backend's choice)
+  // instead of choosing, and reports (implausible_routing) a recorded choice that no forward within
+  // `state_bound` of this one could have made.
+  void replay_routing(std::vector<int16_t> experts, double state_bound);
+  // After a replaying forward: the first implausible recorded choice ("layer l, token t: ..."), or "".
+  const std::string& implausible_routing() const { return implausible_; }
 
  private:
   // One layer's kept rows of the sample in flight (model/packed_batch.hpp), [positions, width]:
@@ -30,7 +39,7 @@ class CpuBackend final : public Backend {
   void attention(int64_t layer, const float* h, const PackedBatch& batch, float* out);
   void gqa(const AttentionWeights& a, const float* h, const PackedBatch& batch, int64_t window, KeptRows& kept,
            float* out);
-  void ffn(const LayerWeights& l, const float* h, int64_t T, float* out);
+  void ffn(int64_t layer, const float* h, int64_t T, float* out);
 
   ModelConfig c_;
   ModelWeights w_;
@@ -38,6 +47,11 @@ class CpuBackend final : public Backend {
   cpu::Rope rope_;
   std::vector<KeptRows> kept_;  // [L]
   int64_t kept_positions_ = 0;  // positions of the sample in flight kept (0: none)
+  std::vector<std::vector<int32_t>> routing_;  // [M][T * k] the last forward's choices
+  std::vector<std::vector<int32_t>> replay_;   // [M][T * k] the next forward's, when replaying
+  double replay_bound_ = 0;
+  int64_t last_tokens_ = 0;  // T of the last forward
+  std::string implausible_;
 };
 
 }  // namespace layertap

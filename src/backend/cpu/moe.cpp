@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
 #include "backend/cpu/ops.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 // The route order (NaN last) and its NaN test, shared with the CUDA router; plain C++ off nvcc.
 #include "kernels/moe_routing.hpp"
 
@@ -82,14 +84,46 @@ void route_softmax(const MoeConfig& m, const float* logits, int32_t* experts, fl
     for (int64_t j = 0; j < k; ++j) weights[j] /= top_sum;
 }
 
+// Float32 router logits [T, E] of h [T, H] (transformers computes them in float32).
+std::vector<float> router_logits(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H) {
+  const int64_t E = m.num_experts;
+  LT_CHECK(w.router.out == E && w.router.in == H, "MoE router holds [", w.router.out, ", ", w.router.in, "], expected [",
+           E, ", ", H, "]");
+  LT_CHECK(m.routing != MoeConfig::Routing::SigmoidGroupedTopk || int64_t(w.score_bias.size()) == E,
+           "MoE layer: e_score_correction_bias holds ", w.score_bias.size(), " values for ", E, " experts");
+  std::vector<float> logits(std::size_t(T * E));
+  linear(h, T, w.router, logits.data());
+  return logits;
+}
+
+// One token's scores (sigmoid or softmax probabilities, as route weights them) and choice values
+// (what the top-k ranks: sigmoid + bias, or the probability) from its logits [E].
+void scores_of(const MoeConfig& m, const MoeWeights& w, const float* logits, std::vector<float>& scores,
+               std::vector<float>& choice) {
+  const int64_t E = m.num_experts;
+  scores.resize(std::size_t(E));
+  choice.resize(std::size_t(E));
+  if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk) {
+    for (int64_t e = 0; e < E; ++e) {
+      scores[std::size_t(e)] = 1.0f / (1.0f + std::exp(-logits[e]));
+      choice[std::size_t(e)] = scores[std::size_t(e)] + w.score_bias[std::size_t(e)];
+    }
+    return;
+  }
+  float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
+  for (int64_t e = 0; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
+  for (int64_t e = 0; e < E; ++e) {
+    scores[std::size_t(e)] = std::exp(logits[e] - mx);
+    if (!kernels::route_isnan(scores[std::size_t(e)])) sum += scores[std::size_t(e)];
+  }
+  for (int64_t e = 0; e < E; ++e) choice[std::size_t(e)] = scores[std::size_t(e)] /= sum;
+}
+
 }  // namespace
 
 Routing route(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H) {
   const int64_t E = m.num_experts, k = m.experts_per_token;
-  LT_CHECK(w.router.out == E && w.router.in == H, "MoE router holds [", w.router.out, ", ", w.router.in, "], expected [",
-           E, ", ", H, "]");
-  std::vector<float> logits(std::size_t(T * E));  // float32 router logits [T, E]
-  linear(h, T, w.router, logits.data());
+  const std::vector<float> logits = router_logits(m, w, h, T, H);  // [T, E]
   Routing r;
   r.k = k;
   r.experts.resize(std::size_t(T * k));
@@ -104,10 +138,120 @@ Routing route(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T
   return r;
 }
 
-void moe_ffn(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H, float* out) {
-  LT_CHECK(m.routing != MoeConfig::Routing::SigmoidGroupedTopk || int64_t(w.score_bias.size()) == m.num_experts,
-           "MoE layer: e_score_correction_bias holds ", w.score_bias.size(), " values for ", m.num_experts, " experts");
-  const Routing r = route(m, w, h, T, H);
+Routing route_given(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H,
+                    const int32_t* experts) {
+  const int64_t E = m.num_experts, k = m.experts_per_token;
+  const std::vector<float> logits = router_logits(m, w, h, T, H);  // [T, E]
+  Routing r;
+  r.k = k;
+  r.experts.assign(experts, experts + T * k);
+  r.weights.resize(std::size_t(T * k));
+  std::vector<float> scores, choice;
+  for (int64_t t = 0; t < T; ++t) {
+    scores_of(m, w, logits.data() + t * E, scores, choice);
+    const int32_t* et = experts + t * k;
+    float* wt = r.weights.data() + t * k;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      LT_CHECK(et[j] >= 0 && et[j] < E, "token ", t, ": recorded expert ", et[j], " is outside [0, ", E, ")");
+      for (int64_t i = 0; i < j; ++i)
+        LT_CHECK(et[i] != et[j], "token ", t, ": recorded expert ", et[j], " is chosen twice");
+      sum += wt[j] = scores[std::size_t(et[j])];
+    }
+    if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk) {  // as route_sigmoid_grouped
+      const float denominator = sum + 1e-20f;
+      for (int64_t j = 0; j < k; ++j) {
+        if (m.norm_topk_prob) wt[j] /= denominator;
+        wt[j] *= float(m.routed_scaling_factor);
+      }
+    } else if (m.norm_topk_prob) {  // as route_softmax
+      for (int64_t j = 0; j < k; ++j) wt[j] /= sum;
+    }
+  }
+  return r;
+}
+
+std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H,
+                               const int32_t* experts, double state_bound) {
+  const int64_t E = m.num_experts, k = m.experts_per_token;
+  const bool sigmoid = m.routing == MoeConfig::Routing::SigmoidGroupedTopk;
+  const int64_t groups = sigmoid && m.n_group > 1 ? m.n_group : 1, per_group = E / groups;
+  const std::vector<float> logits = router_logits(m, w, h, T, H);  // [T, E]
+  std::vector<double> w_norm(static_cast<std::size_t>(E));  // |w_e|: the router row's length
+  for (int64_t e = 0; e < E; ++e) {
+    double s = 0;
+    for (int64_t c = 0; c < H; ++c) s += double(w.router.w[std::size_t(e * H + c)]) * w.router.w[std::size_t(e * H + c)];
+    w_norm[std::size_t(e)] = std::sqrt(s);
+  }
+  // A bf16 forward's error in h is spread over its H dimensions, not aligned with a router row:
+  // its projection on w_e is about bound * |h| * |w_e| / sqrt(H); six times that is allowed. The
+  // choice value moves by at most 1/4 of the logit for a sigmoid router; a softmax router ranks as
+  // its logits do, so logits are compared.
+  const double slope = sigmoid ? 0.25 : 1.0, spread = 6.0 * state_bound / std::sqrt(double(H));
+  std::vector<double> value(static_cast<std::size_t>(E)), delta(static_cast<std::size_t>(E));
+  std::vector<double> group_score(static_cast<std::size_t>(groups)), group_delta(static_cast<std::size_t>(groups));
+  std::vector<bool> surely_kept(static_cast<std::size_t>(groups));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lt = logits.data() + t * E;
+    double h_norm = 0;
+    for (int64_t c = 0; c < H; ++c) h_norm += double(h[t * H + c]) * h[t * H + c];
+    h_norm = std::sqrt(h_norm);
+    for (int64_t e = 0; e < E; ++e) {
+      value[std::size_t(e)] = sigmoid ? 1.0 / (1.0 + std::exp(-double(lt[e]))) + w.score_bias[std::size_t(e)] : lt[e];
+      delta[std::size_t(e)] = slope * spread * h_norm * w_norm[std::size_t(e)];
+    }
+    // Groups (DeepSeek noaux_tc): ranked by the sum of their top-2 values.
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t a = g * per_group, b = -1;  // the group's best two
+      for (int64_t e = g * per_group + 1; e < (g + 1) * per_group; ++e)
+        if (value[std::size_t(e)] > value[std::size_t(a)]) b = a, a = e;
+        else if (b < 0 || value[std::size_t(e)] > value[std::size_t(b)]) b = e;
+      group_score[std::size_t(g)] = value[std::size_t(a)] + (b >= 0 ? value[std::size_t(b)] : 0.0);
+      group_delta[std::size_t(g)] = delta[std::size_t(a)] + (b >= 0 ? delta[std::size_t(b)] : 0.0);
+    }
+    // A group is surely kept when fewer than topk_group others can rank above it.
+    const int64_t keep = groups > 1 ? m.topk_group : 1;
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t above = 0;
+      for (int64_t o = 0; o < groups; ++o)
+        above += o != g && group_score[std::size_t(o)] + group_delta[std::size_t(o)] >
+                               group_score[std::size_t(g)] - group_delta[std::size_t(g)];
+      surely_kept[std::size_t(g)] = above < keep;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = experts[t * k + j];
+      if (e < 0 || e >= E) return cat("token ", t, ": expert ", e, " is outside [0, ", E, ")");
+      const int64_t g = e / per_group;
+      // Its group raised and the others lowered: is it kept?
+      int64_t groups_above = 0;
+      for (int64_t o = 0; o < groups; ++o)
+        groups_above += o != g && group_score[std::size_t(o)] - group_delta[std::size_t(o)] >
+                                      group_score[std::size_t(g)] + group_delta[std::size_t(g)];
+      if (groups_above >= keep)
+        return cat("token ", t, ": expert ", e, " is in group ", g, ", which ", groups_above,
+                   " groups outrank by more than a bf16 forward moves them (", keep, " are kept)");
+      // It raised and the others lowered: do k experts of surely kept groups (or its own) still
+      // outrank it?
+      const double raised = value[std::size_t(e)] + delta[std::size_t(e)];
+      int64_t above = 0, first_above = -1;
+      for (int64_t o = 0; o < E; ++o)
+        if (o != e && (surely_kept[std::size_t(o / per_group)] || o / per_group == g) &&
+            value[std::size_t(o)] - delta[std::size_t(o)] > raised) {
+          ++above;
+          if (first_above < 0 || value[std::size_t(o)] < value[std::size_t(first_above)]) first_above = o;
+        }
+      if (above >= k)
+        return cat("token ", t, ": expert ", e, " has routing value ", value[std::size_t(e)], "; ", above,
+                   " experts (the least of them ", first_above, " at ", value[std::size_t(first_above)],
+                   ") outrank it by more than a bf16 forward moves them (", delta[std::size_t(e)], " and ",
+                   delta[std::size_t(first_above)], "), and ", k, " are chosen");
+    }
+  }
+  return "";
+}
+
+void moe_ffn(const MoeConfig& m, const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H,
+             float* out) {
   std::fill(out, out + T * H, 0.0f);
   // The (token, weight) pairs routed to each expert this rank holds, in token order.
   const int64_t held = int64_t(w.experts.size());

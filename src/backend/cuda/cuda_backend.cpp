@@ -10,6 +10,7 @@
 #include "backend/cuda/gpu_wait.hpp"
 #include "backend/cuda/load_plan.hpp"
 #include "core/error.hpp"
+#include "model/routing_record.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/cuda_check.hpp"
 #include "kernels/embedding.cuh"
@@ -309,6 +310,11 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
     kernels::moe_route(shape_.route, w.logits, w.choice, m.score_bias, routing_skew_ ? w.logit_offset : nullptr,
                        w.route_experts, w.route_weights, T, s);
   }
+  if (w.host_routes != nullptr) {  // the record of the choices, on the host once the counts are
+    const auto m = std::int64_t(std::count(shape_.moe_layer.begin(), shape_.moe_layer.begin() + layer, true));
+    LT_CUDA_CHECK(cudaMemcpyAsync(w.host_routes + m * T * k, w.route_experts, std::size_t(T * k) * sizeof(std::int32_t),
+                                  cudaMemcpyDeviceToHost, s));
+  }
   // This rank's (token, choice) pairs grouped by expert; x_perm (rows, H) their inputs.
   kernels::moe_permute(w.route_experts, T, k, shape_.first_expert, n, w.counts, w.offsets, w.slot, w.perm_token, s);
   kernels::moe_gather(w.x_perm, w.h, w.perm_token, w.offsets + n, shape_.max_routed_rows(T), H, s);
@@ -470,11 +476,22 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
       LT_CUDA_CHECK(cudaEventElapsedTime(&ms[std::size_t(i)], layer_events_[std::size_t(i)].get(),
                                          layer_events_[std::size_t(i + 1)].get()));
   }
+  last_tokens_ = T;
   const std::int32_t bad = *w.host_bad_token;
   LT_CHECK(bad >= T, "token id ", batch.tokens[std::size_t(std::max(bad, 0))], " at batch position ", bad,
            " is outside the vocabulary of ", shape_.vocab);
   kept_positions_ = kept_after;
   return states;
+}
+
+std::vector<std::int16_t> CudaBackend::routed_experts() const {
+  if (!ws_ || ws_->host_routes == nullptr || last_tokens_ == 0) return {};
+  const auto M = std::int64_t(std::count(shape_.moe_layer.begin(), shape_.moe_layer.end(), true));
+  const std::int64_t T = last_tokens_, k = shape_.top_k;
+  std::vector<std::vector<std::int32_t>> per_layer(static_cast<std::size_t>(M));  // [M][T * k], as moe_block copied them
+  for (std::int64_t m = 0; m < M; ++m)
+    per_layer[std::size_t(m)].assign(ws_->host_routes + m * T * k, ws_->host_routes + (m + 1) * T * k);
+  return token_major_routing(per_layer, T, k);
 }
 
 }  // namespace layertap::cuda

@@ -54,6 +54,7 @@ class CudaBackend final : public Backend {
   // Every rank of the tensor-parallel group must call it with the same batch.
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
                                               DType dtype) override;
+  std::vector<std::int16_t> routed_experts() const override;
 
   // One line for the log: device, kernels, tensor-parallel rank, memory.
   std::string description() const;
@@ -111,6 +112,7 @@ class CudaBackend final : public Backend {
   std::int64_t max_kept_ = 0;        // positions the workspace keeps (max_kept_positions)
   std::int64_t kept_positions_ = 0;  // positions of the sample in flight kept now
   Event counts_ready_;
+  std::int64_t last_tokens_ = 0;     // T of the last forward (its routing record's rows)
   std::vector<Event> layer_events_;  // (L + 1) timing events with options.profile_layers
 };
 

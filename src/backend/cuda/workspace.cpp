@@ -64,6 +64,9 @@ void layout(Arena& dev, Arena& host, const LocalShape& s, const WorkspaceSize& s
   b.host_meta = host.take<std::int32_t>(meta);
   b.host_bad_token = host.take<std::int32_t>(1);
   b.host_states = host.take<std::uint16_t>({P, Tm, H});
+  // The capturing rank's record of every MoE layer's choices (the output's /routed_experts).
+  const auto moe_layers = std::int64_t(std::count(s.moe_layer.begin(), s.moe_layer.end(), true));
+  if (P > 0 && s.any_moe()) b.host_routes = host.take<std::int32_t>({moe_layers, Tm, s.top_k});
   if (w == nullptr) return;
   *static_cast<WorkspaceBuffers*>(w) = b;
 }

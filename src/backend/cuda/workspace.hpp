@@ -64,6 +64,7 @@ struct WorkspaceBuffers {
   std::int32_t* host_bad_token = nullptr; // (1)
   std::int32_t* host_counts = nullptr;    // (n) rows per local expert of the current MoE layer
   std::uint16_t* host_states = nullptr;   // (P, Tm, H) bf16 bits, targets of the capture copies
+  std::int32_t* host_routes = nullptr;    // (M, T, k) each MoE layer's choices (capturing rank of a MoE model)
 };
 
 // What sizes a workspace.
