@@ -21,7 +21,8 @@ CpuBackend::CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm)
       w_(std::move(weights)),
       comm_(comm),
       rope_(c_.rope, c_.head_dim, rope_layout(c_)),
-      kept_(std::size_t(c_.num_layers)) {
+      kept_(std::size_t(c_.num_layers)),
+      routing_(std::size_t(c_.num_layers)) {
   LT_CHECK(int64_t(w_.layers.size()) == c_.num_layers, "weights hold ", w_.layers.size(),
            " layers, the config ", c_.num_layers);
 }
@@ -67,9 +68,10 @@ void CpuBackend::gqa(const AttentionWeights& a, const float* h, const PackedBatc
 
 // The FFN part on this rank's share (dense: its intermediate slice; MoE: its experts and its slice
 // of the shared experts), then the one all-reduce that sums the shares. h, out: [T, H]
-void CpuBackend::ffn(const LayerWeights& l, const float* h, int64_t T, float* out) {
+void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
+  const LayerWeights& l = w_.layers[std::size_t(layer)];
   if (const auto* moe = std::get_if<MoeWeights>(&l.ffn))
-    cpu::moe_ffn(*c_.moe, *moe, h, T, c_.hidden_size, out);
+    routing_[std::size_t(layer)] = cpu::moe_ffn(*c_.moe, *moe, h, T, c_.hidden_size, out);
   else
     cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out);
   comm_.all_reduce_sum(out, std::size_t(T * c_.hidden_size));
@@ -122,7 +124,7 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
     attention(i, h.data(), batch, delta.data());
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
     cpu::rms_norm(x.data(), l.post_attn_norm.data(), h.data(), T, H, eps);
-    ffn(l, h.data(), T, delta.data());
+    ffn(i, h.data(), T, delta.data());
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
   }
   capture(L, x);

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backend/backend.hpp"
+#include "backend/cpu/moe.hpp"
 #include "backend/cpu/ops.hpp"
 #include "comm/tp_comm.hpp"
 #include "model/hf_config.hpp"
@@ -18,6 +19,10 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
                                               DType dtype) override;
+  // The routing of each layer in the last forward, [L]: (T, k) choices of a MoE layer, none of a
+  // dense one. A bf16 backend can be run on the same choices (CudaProbe::forced_experts), which
+  // its rounding would otherwise flip between nearly tied experts.
+  const std::vector<cpu::Routing>& routing() const { return routing_; }
 
  private:
   // One layer's kept rows of the sample in flight (model/packed_batch.hpp), [positions, width]:
@@ -30,13 +35,14 @@ class CpuBackend final : public Backend {
   void attention(int64_t layer, const float* h, const PackedBatch& batch, float* out);
   void gqa(const AttentionWeights& a, const float* h, const PackedBatch& batch, int64_t window, KeptRows& kept,
            float* out);
-  void ffn(const LayerWeights& l, const float* h, int64_t T, float* out);
+  void ffn(int64_t layer, const float* h, int64_t T, float* out);
 
   ModelConfig c_;
   ModelWeights w_;
   TpComm& comm_;
   cpu::Rope rope_;
   std::vector<KeptRows> kept_;  // [L]
+  std::vector<cpu::Routing> routing_;  // [L]
   int64_t kept_positions_ = 0;  // positions of the sample in flight kept (0: none)
 };
 

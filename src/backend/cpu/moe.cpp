@@ -104,7 +104,7 @@ Routing route(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T
   return r;
 }
 
-void moe_ffn(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H, float* out) {
+Routing moe_ffn(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H, float* out) {
   LT_CHECK(m.routing != MoeConfig::Routing::SigmoidGroupedTopk || int64_t(w.score_bias.size()) == m.num_experts,
            "MoE layer: e_score_correction_bias holds ", w.score_bias.size(), " values for ", m.num_experts, " experts");
   const Routing r = route(m, w, h, T, H);
@@ -141,6 +141,7 @@ void moe_ffn(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T,
     mlp(w.shared, h, T, shared.data());
     for (int64_t i = 0; i < T * H; ++i) out[i] += shared[std::size_t(i)];
   }
+  return r;
 }
 
 }  // namespace layertap::cpu

@@ -21,6 +21,7 @@ Routing route(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T
 
 // out [T, H] = this rank's share of the MoE block for h [T, H]: the routed experts it holds,
 // weighted, plus its slice of the shared experts. The caller's all-reduce sums the shares.
-void moe_ffn(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H, float* out);
+// Returns the routing it used.
+Routing moe_ffn(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H, float* out);
 
 }  // namespace layertap::cpu
