@@ -34,6 +34,7 @@ struct Run {
   const CapturePlan& plan;      // o.capture
   const CapturePlan& none;      // no points: the forward pass alone
   cuda::CudaBackend& backend;
+  const ReferenceChecks& checks;  // each configuration's error against the CPU backend
 };
 
 // Dense: per batch size, the forward without and with capture, the GEMM rates on the model's
@@ -47,6 +48,7 @@ void run_dense(const Run& run) {
     std::int64_t T;
     double plain, captured, gemm;
     GemmRates rates;
+    std::string check;  // reference error
   };
   std::vector<Row> rows;
   for (const std::int64_t T : o.tokens) {
@@ -66,7 +68,7 @@ void run_dense(const Run& run) {
       t_captured.push_back(seconds_of(captured));
     }
     Row r{T, double(T) / median_of(t_plain), double(T) / median_of(t_captured), 0,
-          measure_gemm(backend, T, o.gemm_iters)};
+          measure_gemm(backend, T, o.gemm_iters), run.checks.error_text("", T)};
     r.gemm = r.rates.overall;
     rows.push_back(r);
     out << "T=" << T << ": forward " << fixed(median_of(t_plain) * 1e3, 2) << " ms, with capture "
@@ -75,13 +77,13 @@ void run_dense(const Run& run) {
         << ", down " << fixed(r.rates.tflops["down"], 1) << "\n";
   }
   out << "\n tokens | no capture tok/s | capture tok/s | overhead | GEMM TFLOP/s | GEMM-bound tok/s | "
-         "fraction (no capture) | fraction (capture)\n";
+         "fraction (no capture) | fraction (capture) | ref. error\n";
   for (const Row& r : rows) {
     const double limit = r.gemm * 1e12 / (2.0 * double(params));
     char line[256];
-    std::snprintf(line, sizeof line, " %6lld | %16.0f | %13.0f | %7.2f%% | %12.1f | %16.0f | %21.3f | %18.3f\n",
+    std::snprintf(line, sizeof line, " %6lld | %16.0f | %13.0f | %7.2f%% | %12.1f | %16.0f | %21.3f | %18.3f | %s\n",
                   static_cast<long long>(r.T), r.plain, r.captured, 100.0 * (r.plain / r.captured - 1.0), r.gemm,
-                  limit, r.plain / limit, r.captured / limit);
+                  limit, r.plain / limit, r.captured / limit, r.check.c_str());
     out << line;
   }
   out << "\noverhead = time with capture / time without - 1. GEMM-bound tok/s = measured GEMM rate / (2 x "
@@ -106,6 +108,7 @@ void run_moe(const Run& run, cuda::CudaProbe& probe, ModelledAllReduce& comm) {
     double dense_ms = 0, moe_ms = 0, moe_min = 0, moe_max = 0;  // mean per layer
     double full_ms = 0, full_captured_ms = 0;  // every layer of the model
     double rows = 0, busiest = 0;            // mean per MoE layer
+    std::string check;                       // reference error
   };
   std::vector<Row> rows;
   std::int64_t full_dense = 0, full_moe = 0;
@@ -143,6 +146,7 @@ void run_moe(const Run& run, cuda::CudaProbe& probe, ModelledAllReduce& comm) {
       Row r;
       r.routing = label;
       r.T = T;
+      r.check = run.checks.error_text(routing, T);
       r.plain_ms = median_of(t_plain) * 1e3;
       r.captured_ms = median_of(t_captured) * 1e3;
       std::vector<double> dense, moe_layers, moe_rows, busiest;
@@ -183,15 +187,15 @@ void run_moe(const Run& run, cuda::CudaProbe& probe, ModelledAllReduce& comm) {
   }
 
   out << "\n per-layer | routing    | tokens | dense layer ms | dense tok/s | MoE layer ms | MoE tok/s | forward ms ("
-      << full_cfg.num_layers << " layers) | rank tok/s | capture overhead\n";
+      << full_cfg.num_layers << " layers) | rank tok/s | capture overhead | ref. error\n";
   for (const Row& r : rows) {
     char line[320];
-    std::snprintf(line, sizeof line, " per-layer | %-10s | %6lld | %14.3f | %11.0f | %12.3f | %9.0f | %*.1f | %10.0f | %15.2f%%\n",
+    std::snprintf(line, sizeof line, " per-layer | %-10s | %6lld | %14.3f | %11.0f | %12.3f | %9.0f | %*.1f | %10.0f | %15.2f%% | %s\n",
                   r.routing.c_str(), static_cast<long long>(r.T), r.dense_ms,
                   r.dense_ms > 0 ? double(r.T) / (r.dense_ms * 1e-3) : 0.0, r.moe_ms,
                   r.moe_ms > 0 ? double(r.T) / (r.moe_ms * 1e-3) : 0.0,
                   int(cat("forward ms (", full_cfg.num_layers, " layers)").size()), r.full_ms,
-                  double(r.T) / (r.full_ms * 1e-3), 100.0 * (r.captured_ms / r.plain_ms - 1.0));
+                  double(r.T) / (r.full_ms * 1e-3), 100.0 * (r.captured_ms / r.plain_ms - 1.0), r.check.c_str());
     out << line;
   }
   out << "\n projection | routing    | tokens | bus                 | GB/s  | all-reduce ms | x " << 2 * full_cfg.num_layers
@@ -250,6 +254,8 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   cuda::CudaProbe probe;  // routing skew in, per-layer times and expert loads out
   bo.probe = &probe;
   out << kernels::cuda_runtime_summary();
+  // Against the CPU backend first: the reference model is freed before the timed one is sized.
+  const ReferenceChecks checks = run_reference_checks(o, bo, out);
 
   // All layers if they fit, else as many as do (the per-layer times then stand for the rest).
   std::int64_t L = o.layers;
@@ -302,7 +308,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   out << "capture: '" << o.capture << "' = points " << points << "; samples of " << o.sample_tokens
       << " tokens; median of " << o.iters << " forwards per mode, interleaved\n\n";
 
-  const Run run{o, out, full_cfg, cfg, plan, none, *backend};
+  const Run run{o, out, full_cfg, cfg, plan, none, *backend, checks};
   if (moe)
     run_moe(run, probe, comm);
   else

@@ -40,6 +40,9 @@ struct BenchOptions {
   double zipf_s = 1.0;                        // zipf: router logit of expert e offset by -s ln(e + 1)
   std::vector<double> bus_gbs = {450.0, 50.0};  // all-reduce bus bandwidths of the projection, GB/s
   double baseline = 2280.0;                   // published tokens/s to compare (Kimi-K2.5, 8 GPUs)
+  // Tokens of each configuration's first and last samples the reference check runs on the CPU
+  // (result_check.hpp); 0: no reference check.
+  std::int64_t check_tokens = 512;
 };
 
 // The most layers (at most the model's) of synthetic `model` whose rank share, planned as the

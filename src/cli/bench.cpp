@@ -139,6 +139,9 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
        "auto, reference, flash")
       ("device", spelled(o.device, "N", "0", int_at_least<int>("device", 0)), "GPU index")
       ("seed", spelled(o.seed, "N", "1", int_at_least<std::uint64_t>("seed", 0)), "weights and tokens seed")
+      ("check-tokens", spelled(o.check_tokens, "N", "512", int_at_least<std::int64_t>("check-tokens", 0)),
+       "tokens of each configuration's first and last samples the reference check runs on the CPU backend "
+       "(each at most --sample-tokens); 0: no reference check")
       ("help,h", "print this help");
   po::options_description all;
   all.add(table).add_options()("unexpected", po::value<std::vector<std::string>>());  // positional: refused
@@ -155,8 +158,13 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
              "capture overhead; for dense models the cuBLASLt bf16 GEMM rate on the model's product shapes\n"
              "and tokens/s as a fraction of the GEMM-bound limit; for MoE models per-layer times, the\n"
              "expert load on this rank, and (with --tp-shard N) the N-GPU group's projected tokens/s.\n"
-             "Each timed configuration's result is checked once: its captured states are finite and two\n"
-             "captured forwards of the same batch give the same bits (a failed check is an error, exit 1).\n\n"
+             "Each timed configuration is checked once before it is timed: a reference model of the same\n"
+             "widths and kinds of layers (the dense layers before the first MoE layer and one MoE layer, at\n"
+             "least 2; bf16 weights from seeded host values) runs the configuration's batch on the GPU and\n"
+             "the first --check-tokens tokens of its first and last samples on the float32 CPU backend,\n"
+             "every capture point held to the golden tests' bf16 bound; and the timed model's captured\n"
+             "states must be finite and two captured forwards of the same batch give the same bits. A\n"
+             "failed check is an error (exit 1).\n\n"
           << table;
       return false;
     }

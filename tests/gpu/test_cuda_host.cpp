@@ -122,6 +122,11 @@ void bench_options() {
   check_throws("bench: bad token list", [&] { parse_fresh({"--tokens", "8k"}); }, "--tokens");
   check_throws("bench: unknown model", [&] { parse_fresh({"--synthetic", "gpt2"}); }, "llama3-8b");
   check_throws("bench: bad attention", [&] { parse_fresh({"--attention", "fast"}); }, "reference");
+  BenchOptions unchecked;
+  check(parse_bench_options({"--check-tokens", "0"}, unchecked, out) && unchecked.check_tokens == 0 &&
+            BenchOptions{}.check_tokens == 512,
+        "bench: --check-tokens 0 turns the reference check off (default 512)");
+  check_throws("bench: negative --check-tokens", [&] { parse_fresh({"--check-tokens", "-1"}); }, "--check-tokens");
   BenchOptions nine;
   const bool nine_ok = parse_bench_options({"--synthetic", "tiny", "--points", "9"}, nine, out);
   check(nine_ok && nine.capture == "0,1,2,3,4,5,6,7,final", "bench: --points 9 on 8 layers: '" + nine.capture + "'");

@@ -72,7 +72,8 @@ void CpuBackend::gqa(const AttentionWeights& a, const float* h, const PackedBatc
 void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
   const LayerWeights& l = w_.layers[std::size_t(layer)];
   if (const auto* moe = std::get_if<MoeWeights>(&l.ffn)) {
-    const std::size_t m = routing_.size();  // this layer's place among the MoE layers
+    std::size_t m = 0;  // this layer's place among the MoE layers
+    for (int64_t i = 0; i < layer; ++i) m += c_.is_moe_layer(i);
     const int64_t H = c_.hidden_size;
     cpu::Routing r;
     if (replay_.empty()) {
@@ -87,7 +88,7 @@ void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
           implausible_ = cat("layer ", layer, ", ", why);
     }
     cpu::moe_ffn(*c_.moe, *moe, r, h, T, H, out);
-    routing_.push_back(std::move(r.experts));
+    routing_[std::size_t(layer)] = std::move(r);
   } else {
     cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out);
   }
@@ -125,7 +126,7 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
       if (plan.points[p].id == id) states[p] = store(x, dtype);
   };
 
-  routing_.clear();
+  routing_.assign(std::size_t(L), cpu::Routing{});
   implausible_.clear();
   std::vector<float> x(std::size_t(T * H));  // the residual stream [T, H]
   for (int64_t t = 0; t < T; ++t) {
@@ -157,8 +158,10 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
 }
 
 std::vector<int16_t> CpuBackend::routed_experts() const {
-  if (comm_.rank() != 0 || routing_.empty()) return {};
-  return token_major_routing(routing_, last_tokens_, c_.moe->experts_per_token);
+  if (comm_.rank() != 0 || !c_.moe || routing_.empty()) return {};
+  std::vector<std::vector<int32_t>> per_layer;  // [M][T * k]
+  for (const int64_t i : moe_layer_ids(c_)) per_layer.push_back(routing_[std::size_t(i)].experts);
+  return token_major_routing(per_layer, last_tokens_, c_.moe->experts_per_token);
 }
 
 void CpuBackend::replay_routing(std::vector<int16_t> experts, double state_bound) {

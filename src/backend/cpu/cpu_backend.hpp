@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/cpu/moe.hpp"
 #include "backend/cpu/ops.hpp"
 #include "comm/tp_comm.hpp"
 #include "model/hf_config.hpp"
@@ -21,6 +22,10 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
                                               DType dtype) override;
   std::vector<int16_t> routed_experts() const override;
+  // The routing of each layer in the last forward, [L]: (T, k) choices and weights of a MoE layer,
+  // none of a dense one. A bf16 backend can be run on the same choices (CudaProbe::forced_experts),
+  // which its rounding would otherwise flip between nearly tied experts.
+  const std::vector<cpu::Routing>& routing() const { return routing_; }
   // verify: the next forward routes each token as recorded ([T, M, k], a bf16 backend's choice)
   // instead of choosing, and reports (implausible_routing) a recorded choice that no forward within
   // `state_bound` of this one could have made.
@@ -47,7 +52,7 @@ class CpuBackend final : public Backend {
   cpu::Rope rope_;
   std::vector<KeptRows> kept_;  // [L]
   int64_t kept_positions_ = 0;  // positions of the sample in flight kept (0: none)
-  std::vector<std::vector<int32_t>> routing_;  // [M][T * k] the last forward's choices
+  std::vector<cpu::Routing> routing_;          // [L] the last forward's choices (empty for dense layers)
   std::vector<std::vector<int32_t>> replay_;   // [M][T * k] the next forward's, when replaying
   double replay_bound_ = 0;
   int64_t last_tokens_ = 0;  // T of the last forward
