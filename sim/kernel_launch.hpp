@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/work.hpp"
+
 namespace layertap::sim {
 
 struct KernelLaunch {
@@ -18,6 +20,7 @@ struct KernelLaunch {
   dim3 grid, block;
   std::size_t shared_bytes = 0;
   cudaStream_t stream = nullptr;
+  kernels::Work work;                 // as its launcher states it (recorded, never checked against the run)
   std::vector<const void*> pointers;  // the raw pointer arguments: checked against the device
   std::function<void()> run_thread;   // one CUDA thread's body (reads threadIdx & co)
 };
@@ -51,10 +54,11 @@ std::string_view name_of() {
 }  // namespace detail
 
 template <auto Kernel, class... Args>
-void launch(dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+void launch(dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream, const kernels::Work& work,
+            Args&&... args) {
   using Tuple = typename detail::Params<decltype(Kernel)>::tuple;
   auto params = std::make_shared<const Tuple>(std::forward<Args>(args)...);  // the launch's copy
-  KernelLaunch l{detail::name_of<Kernel>(), grid, block, shared_bytes, stream, {}, {}};
+  KernelLaunch l{detail::name_of<Kernel>(), grid, block, shared_bytes, stream, work, {}, {}};
   std::apply([&](const auto&... p) { (detail::collect_pointer(l.pointers, p), ...); }, *params);
   // Each CUDA thread gets its own copy of the parameters, as kernel parameters are per thread.
   l.run_thread = [params] { std::apply(Kernel, Tuple(*params)); };
