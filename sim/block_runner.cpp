@@ -543,6 +543,17 @@ cudaError_t launch_kernel(KernelLaunch&& l) {
   cudaStream_t s = resolve_stream(l.stream, dev, call.c_str());
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   const std::uint64_t n = ++dev.count.kernel_launches;
+  {
+    Call c;
+    c.kind = CallKind::Kernel;
+    c.name = std::string(l.name);
+    c.work = l.work;
+    c.blocks = std::int64_t(l.grid.x) * l.grid.y * l.grid.z;
+    c.block_threads = std::int64_t(threads);
+    c.stream = s->id;
+    record(dev, std::move(c));
+  }
+  if (dev.cost_only) return cudaSuccess;
   std::uint64_t seed = settings().seed * 0x100000001b3ull + n * 0x9e3779b97f4a7c15ull + std::uint64_t(dev.index);
   auto launch = std::make_shared<KernelLaunch>(std::move(l));
   const int d = dev.index;

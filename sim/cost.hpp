@@ -17,11 +17,13 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "kernels/work.hpp"
 
 namespace layertap::sim {
 
-enum class CallKind { Kernel, Matmul, AllReduce, Copy, Memset, HostWait, HostWork };
+enum class CallKind { Kernel, Matmul, AllReduce, Copy, Memset, StreamWait, HostWait, HostWork };
 const char* call_kind_name(CallKind k);  // "kernel", "matmul", ...
 
 struct Call {
@@ -33,17 +35,21 @@ struct Call {
   std::int64_t blocks = 0, block_threads = 0;  // kernels: grid and block size
   std::int64_t m = 0, n = 0, k = 0;             // matmuls: D (m, n) = A (m, k) B (k, n)
   int ranks = 0;                                // all-reduces: the communicator's size
+  int host_threads = 0;                         // host work: the threads sharing it
+  std::uint64_t stream = 0;     // the stream it is queued on (ids as the simulator numbers them)
+  std::uint64_t waits_for = 0;  // stream and host waits: the stream waited for (0: every stream)
   bool to_host = false, from_host = false;      // copies: a side in host memory
 };
 
 // Scope of the calling thread's later calls, until it sets another: layer -1 is outside the layers.
 void set_scope(std::int64_t layer, const char* part);
 // Host work the caller does that a forward waits for (filling and copying the captured states),
-// recorded on the calling thread's current device: `bytes` touched.
-void record_host_work(const char* what, double bytes);
-// An all-reduce a benchmark models instead of running (one rank of a larger group): recorded as
-// the NCCL call would be.
-void record_modelled_all_reduce(double bytes, int ranks);
+// recorded on the calling thread's current device: bytes read and written by `threads` threads
+// (nothing read: first touches of new memory).
+void record_host_work(const char* what, double read, double written, int threads);
+// An all-reduce a benchmark models instead of running (one rank of a larger group): counted and
+// recorded as the NCCL call on `stream` would be.
+void record_modelled_all_reduce(double bytes, int ranks, cudaStream_t stream);
 
 // Starts (or stops) recording `device`'s calls; take_calls returns them and clears the record.
 void record_calls(int device, bool on);

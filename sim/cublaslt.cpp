@@ -116,6 +116,8 @@ std::uint32_t alignment_of(const void* p) {
   return a;
 }
 
+double type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4.0 : 2.0; }
+
 float to_float(const std::byte* base, std::size_t i, cudaDataType_t t) {
   if (t == CUDA_R_32F) {
     float f;
@@ -356,6 +358,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   cudaStream_t st = resolve_stream(stream, dev, call);
   if (st == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   dev.count.matmuls++;
+  {
+    Call r;
+    r.kind = CallKind::Matmul;
+    r.name = "cublasLtMatmul";
+    r.m = std::int64_t(s.m);
+    r.n = std::int64_t(s.n);
+    r.k = std::int64_t(s.k);
+    const double mk = double(s.m) * double(s.k), kn = double(s.k) * double(s.n), mn = double(s.m) * double(s.n);
+    r.work.read = mk * type_bytes(la.type) + kn * type_bytes(lb.type) + (fb != 0.0f ? mn * type_bytes(lc.type) : 0) +
+                  (bias ? double(s.m) * type_bytes(bias_type) : 0);
+    r.work.written = mn * type_bytes(ld.type);
+    r.work.flops = 2.0 * mk * double(s.n);
+    r.stream = st->id;
+    record(dev, std::move(r));
+  }
+  if (dev.cost_only) return CUBLAS_STATUS_SUCCESS;
   const void* bias_ptr = x.bias;
   st->enqueue(Op{
       std::string(call) + " " + std::to_string(s.m) + " x " + std::to_string(s.n) + " x " + std::to_string(s.k),

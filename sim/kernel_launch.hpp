@@ -42,14 +42,22 @@ void collect_pointer(std::vector<const void*>& out, const T& v) {
   if constexpr (std::is_pointer_v<T>) out.push_back(static_cast<const void*>(v));
 }
 
-// "void layertap::sim::detail::name_of() [with auto K = ns::kernel<64, 64>]" -> "ns::kernel<64, 64>"
+// "void layertap::sim::detail::name_of() [with auto K = ns::kernel<64, 64>; std::string_view = ...]"
+// -> "ns::kernel<64, 64>"
 template <auto K>
 std::string_view name_of() {
   std::string_view f = __PRETTY_FUNCTION__;
   const auto at = f.find("K = ");
   if (at == std::string_view::npos) return f;
   f.remove_prefix(at + 4);
-  return f.substr(0, f.find_last_of(']'));
+  // Up to the end of the argument: "]", or "; " before another name g++ lists, outside <...>.
+  int depth = 0;
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    if (f[i] == '<') ++depth;
+    if (f[i] == '>') --depth;
+    if (depth == 0 && (f[i] == ']' || f[i] == ';')) return f.substr(0, i);
+  }
+  return f;
 }
 }  // namespace detail
 

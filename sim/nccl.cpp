@@ -289,6 +289,16 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (s == nullptr) return ncclInvalidUsage;
   if (!connect(c)) return ncclUnhandledCudaError;
   dev.count.all_reduces++;
+  {
+    Call call_record;
+    call_record.kind = CallKind::AllReduce;
+    call_record.name = "ncclAllReduce";
+    call_record.work.read = call_record.work.written = double(bytes);
+    call_record.ranks = c->segment->nranks;
+    call_record.stream = s->id;
+    record(dev, std::move(call_record));
+  }
+  if (dev.cost_only) return ncclSuccess;
   std::shared_ptr<Segment> seg = c->segment;
   s->enqueue(Op{call, [seg, send, recv, count, type] {
                   const std::size_t elem = type_bytes(type), per_slot = kSlotBytes / elem;

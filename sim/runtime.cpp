@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "sim/simulator.hpp"
 
 namespace layertap::sim {
@@ -199,9 +201,17 @@ cudaError_t sticky(const Device& d) { return static_cast<cudaError_t>(d.sticky.l
 
 AllocationRef allocate(std::size_t bytes, int device) {
   auto a = std::make_shared<Allocation>();
-  a->base = static_cast<std::byte*>(::operator new(bytes, std::align_val_t(256), std::nothrow));
-  if (a->base == nullptr) return nullptr;
-  std::memset(a->base, 0xff, bytes);  // 0xffff is a bf16 NaN, 0xffffffff a float32 NaN
+  if (device != kPinnedHost && sim::device(device).cost_only) {
+    // Address space only: never touched, so the pages are never made (sim/cost.hpp).
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    a->base = static_cast<std::byte*>(p);
+    a->reserved = true;
+  } else {
+    a->base = static_cast<std::byte*>(::operator new(bytes, std::align_val_t(256), std::nothrow));
+    if (a->base == nullptr) return nullptr;
+    std::memset(a->base, 0xff, bytes);  // 0xffff is a bf16 NaN, 0xffffffff a float32 NaN
+  }
   a->bytes = bytes;
   a->device = device;
   std::lock_guard lock(machine().alloc_m);
@@ -230,7 +240,10 @@ cudaError_t release(void* p, bool pinned, const char* call) {
     mc.allocations.erase(it);
   }
   if (a->device != kPinnedHost) device(a->device).allocated -= a->bytes;
-  ::operator delete(a->base, std::align_val_t(256));
+  if (a->reserved)
+    munmap(a->base, a->bytes);
+  else
+    ::operator delete(a->base, std::align_val_t(256));
   a->base = nullptr;
   return cudaSuccess;
 }
@@ -301,6 +314,7 @@ struct EventState {
   std::mutex m;
   std::condition_variable cv;
   std::uint64_t recorded = 0, completed = 0, polled = 0;
+  std::uint64_t stream = 0;  // of the latest record
   Clock::time_point when{};
 };
 
@@ -558,7 +572,7 @@ cudaError_t cudaDeviceSynchronize() {
     if (dev.legacy != nullptr) streams.push_back(dev.legacy);
   }
   for (cudaStream_t s : streams) s->synchronize();
-  dev.count.host_syncs++;
+  count_host_wait(dev, "cudaDeviceSynchronize", 0);
   return sticky(dev);
 }
 
@@ -655,6 +669,22 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
     return last_error;
   cudaStream_t s = resolve_stream(async ? stream : nullptr, dev, call.c_str());
   if (s == nullptr) return last_error;
+  {
+    Call c;
+    c.kind = CallKind::Copy;
+    c.name = std::string(async ? "cudaMemcpyAsync(" : "cudaMemcpy(") + kind_name(kind) + ")";
+    c.work.read = src_dev ? double(bytes) : 0;
+    c.work.written = dst_dev ? double(bytes) : 0;
+    c.to_host = !dst_dev;
+    c.from_host = !src_dev;
+    c.stream = s->id;
+    record(dev, std::move(c));
+  }
+  const bool wait = !async || (!dst_dev && !(da && da->device == kPinnedHost));  // pageable destination: synchronous
+  if (dev.cost_only) {
+    if (wait) count_host_wait(dev, "a synchronous copy", s->id);
+    return cudaSuccess;
+  }
   Op op;
   op.what = call + " on stream " + std::to_string(s->id);
   if (da) op.uses.push_back(da);
@@ -685,11 +715,10 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
     if (pinned_dst && async) std::memset(dst, 0xff, bytes);
     op.run = [dst, src, bytes] { std::memmove(dst, src, bytes); };
   }
-  const bool wait = !async || (!dst_dev && !pinned_dst);  // pageable destination: synchronous
   s->enqueue(std::move(op));
   if (wait) {
     s->synchronize();
-    dev.count.host_syncs++;
+    count_host_wait(dev, "a synchronous copy", s->id);
   }
   return sticky(dev);
 }
@@ -721,6 +750,15 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
     return misuse(cudaErrorInvalidValue, call, "source and destination overlap");
   cudaStream_t s = resolve_stream(stream, dev, call.c_str());
   if (s == nullptr) return last_error;
+  {
+    Call c;
+    c.kind = CallKind::Copy;
+    c.name = "cudaMemcpy2DAsync(DeviceToDevice)";
+    c.work.read = c.work.written = double(width * height);
+    c.stream = s->id;
+    record(dev, std::move(c));
+  }
+  if (dev.cost_only) return cudaSuccess;
   Op op;
   op.what = call + " on stream " + std::to_string(s->id);
   op.uses = {da, sa};
@@ -743,11 +781,20 @@ cudaError_t fill(void* dst, int value, std::size_t bytes, cudaStream_t stream, b
   if (!check_range(dst, bytes, true, dev.index, call.c_str(), "destination", da)) return last_error;
   cudaStream_t s = resolve_stream(async ? stream : nullptr, dev, call.c_str());
   if (s == nullptr) return last_error;
-  s->enqueue(Op{call + " on stream " + std::to_string(s->id), [dst, value, bytes] { std::memset(dst, value, bytes); },
-                {da}});
+  {
+    Call c;
+    c.kind = CallKind::Memset;
+    c.name = async ? "cudaMemsetAsync" : "cudaMemset";
+    c.work.written = double(bytes);
+    c.stream = s->id;
+    record(dev, std::move(c));
+  }
+  if (!dev.cost_only)
+    s->enqueue(Op{call + " on stream " + std::to_string(s->id), [dst, value, bytes] { std::memset(dst, value, bytes); },
+                  {da}});
   if (!async) {
-    s->synchronize();
-    dev.count.host_syncs++;
+    if (!dev.cost_only) s->synchronize();
+    count_host_wait(dev, "cudaMemset", s->id);
   }
   return sticky(dev);
 }
@@ -804,7 +851,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   Device& dev = device(stream != nullptr ? stream->device : current_index);
   cudaStream_t s = resolve_stream(stream, dev, "cudaStreamSynchronize");
   s->synchronize();
-  dev.count.host_syncs++;
+  count_host_wait(dev, "cudaStreamSynchronize", s->id);
   return sticky(dev);
 }
 
@@ -853,6 +900,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   {
     std::lock_guard lock(st->m);
     gen = ++st->recorded;
+    st->stream = s->id;
   }
   s->enqueue(Op{"cudaEventRecord on stream " + std::to_string(s->id),
                 [st, gen] {
@@ -874,12 +922,21 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
   cudaStream_t s = resolve_stream(stream, dev, "cudaStreamWaitEvent");
   if (s == nullptr) return last_error;
   auto st = e->state;
-  std::uint64_t gen;
+  std::uint64_t gen, from;
   {
     std::lock_guard lock(st->m);
     gen = st->recorded;  // the most recent record at the call; none: no wait
+    from = st->stream;
   }
   if (gen == 0) return cudaSuccess;
+  {
+    Call c;
+    c.kind = CallKind::StreamWait;
+    c.name = "cudaStreamWaitEvent";
+    c.stream = s->id;
+    c.waits_for = from;
+    record(dev, std::move(c));
+  }
   s->enqueue(Op{"cudaStreamWaitEvent on stream " + std::to_string(s->id), [st, gen] { wait_event_state(*st, gen); }, {}});
   return cudaSuccess;
 }
@@ -894,7 +951,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   }
   wait_event_state(*st, gen);
   Device& dev = device(st->device);
-  dev.count.host_syncs++;
+  count_host_wait(dev, "cudaEventSynchronize", st->stream);
   return sticky(dev);
 }
 
@@ -907,7 +964,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (st->completed < st->recorded) return cudaErrorNotReady;
   if (st->polled < st->recorded) {  // a host wait on this record, counted once
     st->polled = st->recorded;
-    dev.count.host_syncs++;
+    count_host_wait(dev, "cudaEventQuery until done", st->stream);
   }
   return cudaSuccess;
 }

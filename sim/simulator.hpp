@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "sim/cost.hpp"
 #include "sim/sim.hpp"
 
 namespace layertap::sim {
@@ -25,6 +26,7 @@ struct Allocation {
   std::byte* base = nullptr;
   std::size_t bytes = 0;
   int device = kPinnedHost;
+  bool reserved = false;        // a cost-only device's: mapped address space, never touched
   std::atomic<int> pending{0};  // queued operations that use it
 };
 using AllocationRef = std::shared_ptr<Allocation>;
@@ -77,7 +79,17 @@ struct Device {
   struct {
     std::atomic<std::uint64_t> kernel_launches{0}, matmuls{0}, all_reduces{0}, host_syncs{0}, copies{0};
   } count;
+  std::atomic<bool> cost_only{false};  // sim/cost.hpp: calls recorded, nothing executed
+  std::atomic<bool> recording{false};
+  std::mutex calls_m;
+  std::vector<Call> calls;
 };
+
+// Appends `call` to `dev`'s record when it is recording, tagged with the calling thread's scope
+// (sim/cost.cpp).
+void record(Device& dev, Call&& call);
+// A host wait on `dev` for `stream`'s work (0: every stream): counted, and recorded as `what`.
+void count_host_wait(Device& dev, const char* what, std::uint64_t stream);
 
 int device_count();
 Device& device(int index);

@@ -12,6 +12,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/random_fill.cuh"
 #if defined(LAYERTAP_CUDA_SIM)
+#include "sim/cost.hpp"
 #include "sim/sim.hpp"
 #endif
 
@@ -28,6 +29,16 @@ PackedBatch random_batch(std::int64_t T, std::int64_t sample_tokens, std::int64_
   for (std::int64_t s = 0; s < T; s += sample_tokens) b.offsets.push_back(s);
   b.offsets.push_back(T);
   return b;
+}
+
+void ModelledAllReduce::all_reduce_sum_bf16(void*, std::int64_t count, cudaStream_t stream) {
+  ++calls;
+#if defined(LAYERTAP_CUDA_SIM)
+  sim::record_modelled_all_reduce(double(count) * sizeof(bf16), size_, stream);
+#else
+  (void)count;
+  (void)stream;
+#endif
 }
 
 double seconds_of(const std::function<void()>& f) {

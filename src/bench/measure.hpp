@@ -33,7 +33,8 @@ class ModelledAllReduce final : public DeviceAllReduce {
   ModelledAllReduce(int rank, int size) : rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void all_reduce_sum_bf16(void*, std::int64_t, cudaStream_t) override { ++calls; }
+  // Counted; on the simulated GPU also recorded as the NCCL call would be (sim/cost.hpp).
+  void all_reduce_sum_bf16(void*, std::int64_t count, cudaStream_t stream) override;
   std::int64_t calls = 0;
 
  private:

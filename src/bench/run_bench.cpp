@@ -37,6 +37,35 @@ struct Run {
   const ReferenceChecks& checks;  // each configuration's error against the CPU backend
 };
 
+#if defined(LAYERTAP_CUDA_SIM)
+// On the simulated GPU (LAYERTAP_CUDA_SIM builds) wall-clock times are the simulator's and say
+// nothing of a GPU's: per configuration the bench prints the simulated counts of one forward and
+// its reference check, and no time or rate (`--project` projects them from the calls).
+void run_simulated(const Run& run, cuda::CudaProbe& probe) {
+  const BenchOptions& o = run.o;
+  std::ostream& out = run.out;
+  const cuda::LocalShape& shape = run.backend.shape();
+  const std::vector<std::string> routings = shape.any_moe() ? o.routing : std::vector<std::string>{""};
+  out << " routing    | tokens | ref. error\n";
+  for (const std::string& routing : routings) {
+    probe.routing_skew = routing == "zipf" ? zipf_logit_offsets(shape.experts, o.zipf_s) : std::vector<float>{};
+    for (const std::int64_t T : o.tokens) {
+      const PackedBatch batch = random_batch(T, o.sample_tokens, run.cfg.vocab_size, o.seed + std::uint64_t(T));
+      print_simulated_counts(out, cat(routing.empty() ? "" : routing + " routing, ", "T=", T, ", with capture"),
+                             [&] { (void)run.backend.forward(batch, run.plan, DType::BF16); });
+      out << "check " << (routing.empty() ? "" : routing + " routing, ") << "T=" << T << ": "
+          << check_forward(run.backend, batch, run.plan, cat("synthetic ", o.model, ", T=", T)) << "\n";
+      char line[160];
+      std::snprintf(line, sizeof line, " %-10s | %6lld | %s\n", routing.empty() ? "-" : routing.c_str(),
+                    static_cast<long long>(T), run.checks.error_text(routing, T).c_str());
+      out << line;
+    }
+  }
+  out << "\nSimulated GPU: its wall-clock times are the simulator's, not a GPU's, and are not printed; `layertap "
+         "bench --project h200,b200,rtx-pro-6000` projects a forward's time from its calls (a model).\n";
+}
+#endif
+
 // Dense: per batch size, the forward without and with capture, the GEMM rates on the model's
 // product shapes, and tokens/s against the GEMM-bound limit.
 void run_dense(const Run& run) {
@@ -309,6 +338,10 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
       << " tokens; median of " << o.iters << " forwards per mode, interleaved\n\n";
 
   const Run run{o, out, full_cfg, cfg, plan, none, *backend, checks};
+#if defined(LAYERTAP_CUDA_SIM)
+  run_simulated(run, probe);
+  return 0;
+#endif
   if (moe)
     run_moe(run, probe, comm);
   else

@@ -43,6 +43,8 @@ struct BenchOptions {
   // Tokens of each configuration's first and last samples the reference check runs on the CPU
   // (result_check.hpp); 0: no reference check.
   std::int64_t check_tokens = 512;
+  // Cards to project one forward onto instead of timing it (cost_report.hpp; simulated-GPU builds).
+  std::vector<std::string> project;
 };
 
 // The most layers (at most the model's) of synthetic `model` whose rank share, planned as the

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "backend/cuda/cuda_options.hpp"
+#include "bench/cost_report.hpp"
 #include "bench/model_catalog.hpp"
 #include "core/error.hpp"
 #include "model/capture.hpp"
@@ -142,6 +143,10 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
       ("check-tokens", spelled(o.check_tokens, "N", "512", int_at_least<std::int64_t>("check-tokens", 0)),
        "tokens of each configuration's first and last samples the reference check runs on the CPU backend "
        "(each at most --sample-tokens); 0: no reference check")
+      ("project", spelled(o.project, "CARDS", "", split_list),
+       "instead of timing, record one forward per --tokens at full width on the simulated GPU without running it "
+       "and project it onto these cards, comma-separated (h200, h100, b200, rtx-pro-6000): the call list per "
+       "layer kind and the projected time and tokens/s, with the model's assumptions (simulated-GPU builds)")
       ("help,h", "print this help");
   po::options_description all;
   all.add(table).add_options()("unexpected", po::value<std::vector<std::string>>());  // positional: refused
@@ -193,7 +198,7 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
 int bench_main(const std::vector<std::string>& args, std::ostream& out) {
   BenchOptions opts;
   if (!parse_bench_options(args, opts, out)) return 0;
-  return run_bench(opts, out);
+  return opts.project.empty() ? run_bench(opts, out) : run_cost_report(opts, out);
 }
 
 }  // namespace layertap

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/cost_scope.hpp"
 #include "backend/cuda/gpu_wait.hpp"
 #include "backend/cuda/host_copy.hpp"
 #include "core/error.hpp"
@@ -72,6 +73,11 @@ std::vector<std::vector<std::byte>> CaptureStager::collect(DType dtype, DeviceAl
   const std::size_t elems = std::size_t(tokens_ * hidden_), stride = std::size_t(max_tokens_ * hidden_);
   std::vector<std::vector<std::byte>> out(plan_ids_.size());
   for (auto& v : out) v.resize(elems * dtype_size(dtype));  // page faults and zeroing overlap the GPU's work
+  const double out_bytes = double(elems * dtype_size(dtype) * out.size());
+  cost_scope(-1, "capture");
+  cost_host_work("capture: result vectors allocated and zero-filled", 0, out_bytes, 1);
+  cost_host_work("capture: states copied out of the pinned staging", double(elems * 2 * out.size()), out_bytes,
+                 threads);
   for (const std::size_t slot : order_) {
     wait_for_event(slots_[slot].copied.get(), comm, timeout_s, cat("copy of capture point ", slots_[slot].id));
     const std::uint16_t* src = host_states_ + slot * stride;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "backend/cpu/ops.hpp"
+#include "backend/cuda/cost_scope.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gpu_wait.hpp"
 #include "backend/cuda/load_plan.hpp"
@@ -183,6 +184,9 @@ void CudaBackend::apply_probe(std::int64_t T) {
                                   compute_.get()));
     routing_skew_ = true;
   }
+  LT_CHECK(!p->cost_only || std::int64_t(p->assumed_expert_rows.size()) == (shape_.any_moe() ? shape_.local_experts : 0),
+           "cuda backend: a cost-only forward assumes rows for ", p->assumed_expert_rows.size(), " local experts, the "
+           "rank has ", shape_.any_moe() ? shape_.local_experts : 0);
   p->moe_rows.assign(std::size_t(shape_.layers), 0);
   p->moe_busiest.assign(std::size_t(shape_.layers), 0);
   p->layer_ms.clear();
@@ -298,6 +302,7 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   const std::int64_t H = shape_.hidden, E = shape_.experts, k = shape_.top_k, n = shape_.local_experts,
                      Ie = shape_.expert_inter, Is = shape_.shared_inter;
   const CudaProbe* probe = options_.probe;
+  cost_scope(layer, "moe routing");
   if (probe != nullptr && !probe->forced_experts.empty()) {  // tests: the given choices (checked by apply_probe)
     const std::vector<std::int32_t>& fe = probe->forced_experts[std::size_t(layer)];
     const std::vector<float>& fw = probe->forced_weights[std::size_t(layer)];
@@ -322,17 +327,22 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
                                 cudaMemcpyDeviceToHost, s));
   LT_CUDA_CHECK(cudaEventRecord(counts_ready_.get(), s));
   // The shared experts need no counts: queued first, they run while the host waits for them.
+  cost_scope(layer, "moe shared experts");
   if (Is > 0) {
     gemm_->linear(w.gate_up, w.h, m.shared_gate_up.w, nullptr, T, 2 * Is, H, s);  // (T, 2 Is)
     kernels::swiglu(w.act, w.gate_up, T, Is, s);                                  // (T, Is)
     gemm_->linear(w.shared_out, w.act, m.shared_down.w, nullptr, T, H, Is, s);    // (T, H)
   }
-  // The per-expert products need their row counts on the host (cuBLASLt shapes).
+  // The per-expert products need their row counts on the host (cuBLASLt shapes); a cost-only
+  // forward assumes them (CudaProbe::cost_only).
+  cost_scope(layer, "moe experts");
   wait_for_event(counts_ready_.get(), comm_, options_.timeout_s, "MoE routing");
+  const std::int32_t* counts =
+      probe != nullptr && probe->cost_only ? probe->assumed_expert_rows.data() : w.host_counts;
   std::int64_t rows = 0, busiest = 0;
   for (std::int64_t e = 0; e < n; ++e) {
-    rows += w.host_counts[e];
-    busiest = std::max<std::int64_t>(busiest, w.host_counts[e]);
+    rows += counts[e];
+    busiest = std::max<std::int64_t>(busiest, counts[e]);
   }
   LT_CHECK(rows <= shape_.max_routed_rows(T), "cuda backend: ", rows, " routed rows exceed the buffers' ",
            shape_.max_routed_rows(T));
@@ -347,21 +357,22 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   for (std::int64_t e0 = 0; e0 < n; e0 += group) {
     const std::int64_t e1 = std::min(n, e0 + group);
     std::int64_t r1 = r0;
-    for (std::int64_t e = e0; e < e1; ++e) r1 += w.host_counts[e];
+    for (std::int64_t e = e0; e < e1; ++e) r1 += counts[e];
     if (r1 == r0) continue;  // no token chose these experts: nothing to expand or multiply
     weights_->dequantize_experts(layer, e0, e1, s);
-    for (std::int64_t e = e0, r = r0; e < e1; r += w.host_counts[e], ++e)
-      if (w.host_counts[e] > 0)
+    for (std::int64_t e = e0, r = r0; e < e1; r += counts[e], ++e)
+      if (counts[e] > 0)
         gemm_->linear(w.gu_perm + r * 2 * Ie, w.x_perm + r * H, m.gate_up[std::size_t(e)].w, nullptr,
-                      w.host_counts[e], 2 * Ie, H, s);  // (c, 2 Ie)
+                      counts[e], 2 * Ie, H, s);  // (c, 2 Ie)
     kernels::swiglu(w.act_perm + r0 * Ie, w.gu_perm + r0 * 2 * Ie, r1 - r0, Ie, s);  // (rows of the group, Ie)
-    for (std::int64_t e = e0, r = r0; e < e1; r += w.host_counts[e], ++e)
-      if (w.host_counts[e] > 0)
-        gemm_->linear(w.y_perm + r * H, w.act_perm + r * Ie, m.down[std::size_t(e)].w, nullptr, w.host_counts[e], H,
+    for (std::int64_t e = e0, r = r0; e < e1; r += counts[e], ++e)
+      if (counts[e] > 0)
+        gemm_->linear(w.y_perm + r * H, w.act_perm + r * Ie, m.down[std::size_t(e)].w, nullptr, counts[e], H,
                       Ie, s);  // (c, H)
     r0 = r1;
   }
   // delta (T, H) = sum over the pairs on this rank of weight * expert output, + the shared slice.
+  cost_scope(layer, "moe combine");
   kernels::moe_combine(w.delta, w.y_perm, w.slot, w.route_weights, Is > 0 ? w.shared_out : nullptr, T, k, H, s);
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
@@ -386,20 +397,24 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
   for (std::int64_t i = 0; i < L; ++i) {
     const DeviceLayer& l = weights_->layers[std::size_t(i)];
     if (timed) LT_CUDA_CHECK(cudaEventRecord(layer_events_[std::size_t(i)].get(), s));
+    cost_scope(i, "dequantize");
     weights_->dequantize(i, s);  // layer i's packed Linears into the bf16 scratch (none: nothing)
     // x (T, H) += the previous layer's FFN output: x is now the input of layer i; h = norm(x).
+    cost_scope(i, "attention");
     kernels::fused_residual_rmsnorm(w.h, w.x, i == 0 ? nullptr : w.delta, l.input_norm, eps, T, H, s);
     stager_->capture(i, w.x, /*overwritten_later=*/true, s);
     if (shape_.mla)
       mla_block(i, T, pos, tiles, num_tiles);
     else
       attention_block(i, T, pos, tiles, num_tiles);
+    cost_scope(i, l.moe ? "moe routing" : "mlp");
     kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, l.post_attn_norm, eps, T, H, s);
     if (l.moe)
       moe_block(l, i, T);
     else
       mlp_block(l, T);
   }
+  cost_scope(-1, "final norm");
   if (timed) LT_CUDA_CHECK(cudaEventRecord(layer_events_[std::size_t(L)].get(), s));
   // x = output of the last layer (point L), h = after the final norm (point L + 1); neither is
   // written again in this batch, so both are copied to the host without a snapshot.
@@ -434,6 +449,7 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   LT_CHECK(!capturing || distinct_points(plan) <= std::size_t(options_.max_capture_points), "capture plan '",
            plan.request, "' has ", distinct_points(plan), " distinct points; the CUDA backend was built for at most ",
            options_.max_capture_points, " (max_capture_points)");
+  cost_scope(-1, "batch and embedding");
   apply_probe(T);
   stager_->begin(capturing ? &plan : nullptr, T);
   chunk_ = ChunkRows{batch.first_position, batch.last_continues, last, keep_at};
@@ -476,7 +492,9 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
       LT_CUDA_CHECK(cudaEventElapsedTime(&ms[std::size_t(i)], layer_events_[std::size_t(i)].get(),
                                          layer_events_[std::size_t(i + 1)].get()));
   }
+  cost_scope(-1, "");
   last_tokens_ = T;
+  if (options_.probe != nullptr && options_.probe->cost_only) return states;  // nothing read back is meaningful
   const std::int32_t bad = *w.host_bad_token;
   LT_CHECK(bad >= T, "token id ", batch.tokens[std::size_t(std::max(bad, 0))], " at batch position ", bad,
            " is outside the vocabulary of ", shape_.vocab);

@@ -17,6 +17,12 @@ struct CudaProbe {
   // flips bf16 rounding causes near ties. Empty: the router decides.
   std::vector<std::vector<std::int32_t>> forced_experts;
   std::vector<std::vector<float>> forced_weights;
+  // In: a cost-only forward, on a cost-only device of the simulated GPU (sim/cost.hpp), where
+  // nothing the device computes reaches the host: each MoE layer takes assumed_expert_rows[e]
+  // rows for local expert e instead of the counts it would read back, and the forward does not
+  // check what it reads (the bad-token flag). The cost report sets it; nothing else may.
+  bool cost_only = false;
+  std::vector<std::int32_t> assumed_expert_rows;  // [local experts]
 
   // Out, after each forward. layer_ms [L]: milliseconds of each decoder layer, packed weights'
   // expansion included (with CudaBackendOptions::profile_layers; else empty).
