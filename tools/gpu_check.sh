@@ -4,7 +4,9 @@
 # benchmarks: Llama-3.1-8B shapes (8k and 16k-token batches, 4 capture points), one rank's share of
 # Kimi-K2.5 on 8 GPUs (--tp-shard 8: INT4 experts packed on the device, uniform and Zipf routing,
 # the 8-GPU projection), per-kernel times (Nsight Compute, when `ncu` is there) and Qwen3-30B-A3B
-# whole on one GPU. Everything goes to $OUT/gpu_check.log
+# whole on one GPU, and the cost report's projection of the same configurations for this card (a
+# simulated-GPU build of layertap_bench, `--project`), printed beside the measured figures.
+# Everything goes to $OUT/gpu_check.log
 # (OUT defaults to ./gpu-check-out), each benchmark's output also to its own file; a summary is
 # printed last. Each stage runs under `timeout` against one deadline, so the whole check ends
 # within 8 minutes.
@@ -231,6 +233,20 @@ if ((built)); then
   else
     echo "ncu not on PATH: no per-kernel times"
   fi
+  # The cost report's projection of the same configurations for this card (a model, built with
+  # the simulated GPU, which records each forward's calls without running them), printed in the
+  # summary beside what was measured, so that its assumptions can be corrected from this run.
+  CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  case "$CARD" in
+    *H200*) CARD=h200 ;; *H100*) CARD=h100 ;; *B200*) CARD=b200 ;; *"RTX PRO 6000"*) CARD=rtx-pro-6000 ;; *) CARD=h200 ;;
+  esac
+  export CARD JOBS PROJECTION_TXT="$OUT/projection.txt"
+  stage projection 150 bash -c 'set -e
+    cmake -S . -B "$0-sim" "${@:1}" -DLAYERTAP_CORE_ONLY=ON -DLAYERTAP_CUDA_SIM=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$0-sim" -j "$JOBS" --target layertap_bench >/dev/null
+    { "$0-sim/src/layertap_bench" --synthetic llama3-8b --tokens 8192,16384 --points 4 --project "$CARD"
+      "$0-sim/src/layertap_bench" --synthetic kimi-k2.5 --tp-shard 8 --tokens 8192 --points 4 --project "$CARD"
+    } >"$PROJECTION_TXT"' "$BUILD" "${GENERATOR[@]}" "${EXTRA[@]}"
   stage qwen3-moe 100 bash -c 'set -o pipefail; "$@" | tee "$BENCH_QWEN_TXT"' bench "$BUILD/src/layertap_bench" \
     --synthetic qwen3-30b-a3b --tokens 8192 --points 4 --iters 3 --routing uniform,zipf
 fi
@@ -250,5 +266,10 @@ for f in "$BENCH_KIMI_TXT" "$BENCH_QWEN_TXT"; do
   echo "  $(basename "$f" .txt):"
   grep -E "^ (per-layer|projection) \|" "$f" | sed 's/^/    /'
 done
+if [[ -f "$PROJECTION_TXT" ]]; then
+  echo "  projected on $CARD by the cost report (a model, not a measurement; beside the measured figures above):"
+  grep -E "^ projected on|^ +(MoE layer|dense layer|after the last|GPU idle|cuBLASLt|all-reduces|int4|route)" \
+    "$PROJECTION_TXT" | head -n 40 | sed 's/^/    /'
+fi
 echo "  result: $([[ $OVERALL == 0 ]] && echo PASS || echo FAIL)"
 exit "$OVERALL"

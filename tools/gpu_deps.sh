@@ -22,6 +22,7 @@ PACKAGES=(
   libre2-dev              # re2/re2.h, libre2.a (linear-time regexes of quantization_config)
   libboost1.74-dev        # boost/*.hpp, BoostConfig.cmake (layertap_bench's option table)
   libboost-program-options1.74-dev  # libboost_program_options.a and its CMake config
+  libboost-context1.74-dev  # the simulated GPU's fibers: gpu_check's cost-report build
 )
 
 command -v apt-get >/dev/null || { echo "gpu_deps.sh: needs apt-get (a Debian 12 machine)" >&2; exit 1; }
