@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer_pool.hpp"
 #include "core/dtype.hpp"
 #include "model/capture.hpp"
 #include "model/packed_batch.hpp"
@@ -24,6 +25,9 @@ class Backend {
   // each token at each of the model's M MoE layers; empty for a dense model and on ranks that do
   // not capture.
   virtual std::vector<int16_t> routed_experts() const = 0;
+  // Later forwards take their states' buffers from `pool` (whoever consumes the states gives them
+  // back to it); null: new buffers each forward. A backend may ignore it (the CPU backend does).
+  virtual void set_result_pool(BufferPool* pool) { (void)pool; }
 };
 
 }  // namespace layertap

@@ -35,6 +35,7 @@ struct Run {
   const CapturePlan& none;      // no points: the forward pass alone
   cuda::CudaBackend& backend;
   const ReferenceChecks& checks;  // each configuration's error against the CPU backend
+  BufferPool& results;            // the states' buffers, given back after each forward as the job's writer does
 };
 
 #if defined(LAYERTAP_CUDA_SIM)
@@ -52,7 +53,7 @@ void run_simulated(const Run& run, cuda::CudaProbe& probe) {
     for (const std::int64_t T : o.tokens) {
       const PackedBatch batch = random_batch(T, o.sample_tokens, run.cfg.vocab_size, o.seed + std::uint64_t(T));
       print_simulated_counts(out, cat(routing.empty() ? "" : routing + " routing, ", "T=", T, ", with capture"),
-                             [&] { (void)run.backend.forward(batch, run.plan, DType::BF16); });
+                             [&] { run.results.give(run.backend.forward(batch, run.plan, DType::BF16)); });
       out << "check " << (routing.empty() ? "" : routing + " routing, ") << "T=" << T << ": "
           << check_forward(run.backend, batch, run.plan, cat("synthetic ", o.model, ", T=", T)) << "\n";
       char line[160];
@@ -83,7 +84,7 @@ void run_dense(const Run& run) {
   for (const std::int64_t T : o.tokens) {
     const PackedBatch batch = random_batch(T, o.sample_tokens, run.cfg.vocab_size, o.seed + std::uint64_t(T));
     const auto plain = [&] { (void)backend.forward(batch, run.none, DType::BF16); };
-    const auto captured = [&] { (void)backend.forward(batch, run.plan, DType::BF16); };
+    const auto captured = [&] { run.results.give(backend.forward(batch, run.plan, DType::BF16)); };
     for (int i = 0; i < o.warmup; ++i) {
       plain();
       captured();
@@ -116,8 +117,8 @@ void run_dense(const Run& run) {
     out << line;
   }
   out << "\noverhead = time with capture / time without - 1. GEMM-bound tok/s = measured GEMM rate / (2 x "
-         "matmul params). Capture = device-to-host copies of the points into the returned vectors (no file "
-         "writing).\n";
+         "matmul params). Capture = device-to-host copies of the points into the returned vectors, whose buffers "
+         "go round as the job's writer gives them back (no file writing).\n";
 }
 
 // MoE: per routing and batch size, the rank's forward with and without capture, its per-layer
@@ -153,7 +154,7 @@ void run_moe(const Run& run, cuda::CudaProbe& probe, ModelledAllReduce& comm) {
         (void)backend.forward(batch, run.none, DType::BF16);
         for (std::size_t i = 0; i < layer_sum.size(); ++i) layer_sum[i] += probe.layer_ms[i];
       };
-      const auto captured = [&] { (void)backend.forward(batch, run.plan, DType::BF16); };
+      const auto captured = [&] { run.results.give(backend.forward(batch, run.plan, DType::BF16)); };
       for (int i = 0; i < o.warmup; ++i) {
         plain();
         captured();
@@ -337,7 +338,9 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   out << "capture: '" << o.capture << "' = points " << points << "; samples of " << o.sample_tokens
       << " tokens; median of " << o.iters << " forwards per mode, interleaved\n\n";
 
-  const Run run{o, out, full_cfg, cfg, plan, none, *backend, checks};
+  BufferPool results(plan.points.size());
+  backend->set_result_pool(&results);
+  const Run run{o, out, full_cfg, cfg, plan, none, *backend, checks, results};
 #if defined(LAYERTAP_CUDA_SIM)
   run_simulated(run, probe);
   return 0;

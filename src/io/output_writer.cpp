@@ -106,6 +106,7 @@ void OutputWriter::write_loop() {
       }
       changed_.notify_all();  // a slot is free for submit()
       write(batch, shard);
+      if (recycle_ != nullptr) recycle_->give(std::move(batch.states));
     }
   } catch (const std::exception& e) {
     shard.reset();

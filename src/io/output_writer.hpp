@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/buffer_pool.hpp"
 #include "core/captured_batch.hpp"
 #include "io/durable_file.hpp"  // write_json_atomically, for the manifest
 #include "io/shard_writer.hpp"
@@ -47,6 +48,10 @@ class OutputWriter {
   // Throws the writer's error, if any.
   std::vector<ShardInfo> finish();
 
+  // Once a batch is written its states' buffers go back to `pool` (core/buffer_pool.hpp), for the
+  // forward to fill again; set before the first submit.
+  void recycle_into(BufferPool* pool) { recycle_ = pool; }
+
   int64_t bytes_written() const { return bytes_written_.load(); }  // hidden-state payload bytes
   int64_t shards_closed() const { return shards_closed_.load(); }
 
@@ -57,6 +62,7 @@ class OutputWriter {
   void hand_off(std::unique_ptr<ShardWriter>& shard);  // to the closer; waits while one is pending
   void fail(const std::exception& e);
   void throw_if_failed() const;  // call with mutex_ held
+  BufferPool* recycle_ = nullptr;
 
   const std::filesystem::path dir_;
   const std::string stem_;

@@ -104,6 +104,7 @@ class CudaRankBackend final : public Backend {
     return impl_.forward(batch, plan, dtype);
   }
   std::vector<int16_t> routed_experts() const override { return impl_.routed_experts(); }
+  void set_result_pool(BufferPool* pool) override { impl_.set_result_pool(pool); }
   std::string description() const { return impl_.description(); }
   const cuda::LoadStats& load_stats() const { return impl_.load_stats(); }
 

@@ -18,6 +18,7 @@
 #include "comm/mpi_groups.hpp"
 #include "comm/sharding.hpp"
 #include "comm/world_layout.hpp"
+#include "core/buffer_pool.hpp"
 #include "core/digest.hpp"
 #include "core/failpoint.hpp"
 #include "core/log.hpp"
@@ -372,7 +373,11 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
     log_info("capture '", o.capture, "' -> ", points);
   }
   phase.enter("loading the weights");
+  // The states' buffers go round: forward -> writer -> back (core/buffer_pool.hpp), enough for
+  // the batches the writer may hold (its queue, the one it writes) and the one in flight.
+  BufferPool result_pool(plan.points.size() * 4);
   const std::unique_ptr<Backend> backend = backend_choice.build(ckpt, groups, run.load);
+  backend->set_result_pool(&result_pool);
   phase.enter("waiting for the other ranks to load their weights");
   world_barrier();
   phase.end();  // the batch loop stops gracefully after the batch in flight
@@ -380,7 +385,10 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   if (lead) log_info("weights loaded in ", seconds_since(t_start), " s");
 
   std::optional<io::OutputWriter> writer;
-  if (world.is_writer()) writer.emplace(out, stem, meta, o.shard_size_mib << 20, kept);
+  if (world.is_writer()) {
+    writer.emplace(out, stem, meta, o.shard_size_mib << 20, kept);
+    writer->recycle_into(&result_pool);
+  }
   int64_t done_samples = 0, done_tokens = 0, my_tokens = 0;
   for (const Batch& b : batches)
     for (const Segment& seg : b) my_tokens += seg.tokens();

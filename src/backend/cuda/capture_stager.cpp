@@ -71,18 +71,20 @@ std::vector<std::vector<std::byte>> CaptureStager::collect(DType dtype, DeviceAl
     LT_CHECK(std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.id == id && s.done; }),
              "capture point ", id, " was requested but never reached by the forward pass");
   const std::size_t elems = std::size_t(tokens_ * hidden_), stride = std::size_t(max_tokens_ * hidden_);
+  const std::size_t bytes = elems * dtype_size(dtype);
   std::vector<std::vector<std::byte>> out(plan_ids_.size());
-  for (auto& v : out) v.resize(elems * dtype_size(dtype));  // page faults and zeroing overlap the GPU's work
-  const double out_bytes = double(elems * dtype_size(dtype) * out.size());
   cost_scope(-1, "capture");
-  cost_host_work("capture: result vectors allocated and zero-filled", 0, out_bytes, 1);
-  cost_host_work("capture: states copied out of the pinned staging", double(elems * 2 * out.size()), out_bytes,
-                 threads);
+  for (auto& v : out) {  // page faults and zeroing of new buffers overlap the GPU's work
+    bool fresh = true;
+    v = pool_ != nullptr ? pool_->take(bytes, &fresh) : std::vector<std::byte>(bytes);
+    if (fresh) cost_host_work("capture: a new result buffer faulted in and zero-filled", 0, double(bytes), 1);
+  }
   for (const std::size_t slot : order_) {
     wait_for_event(slots_[slot].copied.get(), comm, timeout_s, cat("copy of capture point ", slots_[slot].id));
     const std::uint16_t* src = host_states_ + slot * stride;
     for (std::size_t p = 0; p < plan_ids_.size(); ++p) {
       if (plan_ids_[p] != slots_[slot].id) continue;
+      cost_host_work("capture: a state copied out of the pinned staging", double(elems * 2), double(bytes), threads);
       if (dtype == DType::BF16) {
         parallel_copy(out[p].data(), src, elems * sizeof(std::uint16_t), threads);
       } else {

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_resources.hpp"
 #include "backend/cuda/device_all_reduce.hpp"
+#include "core/buffer_pool.hpp"
 #include "core/dtype.hpp"
 #include "model/capture.hpp"
 
@@ -37,9 +38,11 @@ class CaptureStager {
   // is first snapshotted device-to-device (on `compute`, at memory bandwidth) and the slow copy
   // to the host reads the snapshot.
   void capture(std::int64_t id, const __nv_bfloat16* state, bool overwritten_later, cudaStream_t compute);
-  // The captured states in plan order as `dtype` (BF16 as is, F32 widened on the host). Allocates
-  // the results first (while the GPU still runs), then fills each as soon as its copy completes.
+  // The captured states in plan order as `dtype` (BF16 as is, F32 widened on the host). Takes
+  // the results' buffers first (from `pool` when set, else new ones), while the GPU still runs,
+  // then fills each as soon as its copy completes.
   std::vector<std::vector<std::byte>> collect(DType dtype, DeviceAllReduce& comm, double timeout_s, int threads);
+  void set_pool(BufferPool* pool) { pool_ = pool; }
 
  private:
   struct Slot {
@@ -54,6 +57,7 @@ class CaptureStager {
   std::vector<Slot> slots_;               // (max_points)
   std::vector<std::int64_t> plan_ids_;    // this batch's point ids, in plan order
   std::vector<std::size_t> order_;        // slots in the order their copies were enqueued
+  BufferPool* pool_ = nullptr;
 };
 
 }  // namespace layertap::cuda

@@ -502,6 +502,8 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   return states;
 }
 
+void CudaBackend::set_result_pool(BufferPool* pool) { stager_->set_pool(pool); }
+
 std::vector<std::int16_t> CudaBackend::routed_experts() const {
   if (!ws_ || ws_->host_routes == nullptr || last_tokens_ == 0) return {};
   const auto M = std::int64_t(std::count(shape_.moe_layer.begin(), shape_.moe_layer.end(), true));

@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
                                               DType dtype) override;
   std::vector<std::int16_t> routed_experts() const override;
+  void set_result_pool(BufferPool* pool) override;
 
   // One line for the log: device, kernels, tensor-parallel rank, memory.
   std::string description() const;
