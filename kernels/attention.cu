@@ -342,6 +342,27 @@ void check_layout(const void* ctx, const AttentionLayout& a, const void* pos, st
   LT_CHECK(a.hq < 65536, name, ": ", a.hq, " query heads is more than a grid dimension holds");
   LT_CHECK(ctx != nullptr && a.q != nullptr && a.k != nullptr && a.v != nullptr && pos != nullptr, name,
            ": null pointer argument");
+  LT_CHECK(a.attended_pairs == 0 || a.attended_pairs >= T, name, ": ", a.attended_pairs,
+           " attended pairs for ", T, " queries (each attends at least its own key)");
+}
+
+// The stated work of one launch over T queries and T + key_offset key rows, per (pair, head) of
+// the attended pairs (unstated: T, one key per query). Bytes: q, k, v, pos once each (the key
+// rows that a sample's query tiles and a group's heads share hit L2), ctx written.
+Work attention_work(const AttentionLayout& a, std::int64_t T, bool flash) {
+  const double e = sizeof(__nv_bfloat16), pairs = double(a.attended_pairs > 0 ? a.attended_pairs : T) * double(a.hq);
+  Work w;
+  w.read = e * (double(T) * double(a.hq * a.qk_dim) + double(T + a.key_offset) * double(a.hkv * (a.qk_dim + a.v_dim))) +
+           4.0 * double(T);
+  w.written = e * double(T) * double(a.hq * a.v_dim);
+  if (flash) {
+    w.flops = 2 * pairs * double(a.qk_dim + a.v_dim);  // mma.sync S = Q K^T, O += P V (masked tile halves not counted)
+    w.ops = 16 * pairs;  // per score: scale, mask, max, exp, row sum, bf16 pack (~16)
+  } else {
+    // ~4 per q.k and p.v element (load, widen, FMA), ~20 for the online softmax and block reductions
+    w.ops = pairs * (4.0 * double(a.qk_dim + a.v_dim) + 20);
+  }
+  return w;
 }
 
 // The fused q/k/v projection of the dense decoders as a layout, scale 1/sqrt(hd) as the CPU reference.
@@ -366,16 +387,37 @@ void attention_reference(__nv_bfloat16* ctx, const AttentionLayout& a, const std
   if (T == 0) return;
   const std::size_t smem = sizeof(float) * std::size_t(a.qk_dim + kRefBlock + kRefWarps);
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.hq));
-  launch<attention_reference_kernel>(Grid{grid, kRefBlock, smem, stream}, ctx, a, pos, window);
+  launch<attention_reference_kernel>(Grid{grid, kRefBlock, smem, stream, attention_work(a, T, false)}, ctx, a, pos,
+                                     window);
   LT_CUDA_CHECK_LAUNCH();
 }
 
 void attention_reference(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos, std::int64_t T,
                          std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, std::int64_t attended_pairs) {
   LT_CHECK(qkv != nullptr && hq > 0 && hkv > 0 && hd > 0, "attention_reference: bad shape or null qkv (hq=", hq,
            " hkv=", hkv, " hd=", hd, ")");
-  attention_reference(ctx, fused_layout(qkv, hq, hkv, hd), pos, T, window, stream);
+  AttentionLayout a = fused_layout(qkv, hq, hkv, hd);
+  a.attended_pairs = attended_pairs;
+  attention_reference(ctx, a, pos, T, window, stream);
+}
+
+std::int64_t count_attended_pairs(const std::vector<std::int64_t>& offsets, std::int64_t first_position,
+                                  std::int64_t window) {
+  LT_CHECK(!offsets.empty() && offsets.front() == 0 && first_position >= 0 && window >= 0,
+           "count_attended_pairs: offsets must start at 0, first position ", first_position, " and window ", window,
+           " must not be negative");
+  // Keys seen by the queries at positions 0 .. m-1 of a sample: sum over k = 1..m of min(k, window).
+  const auto upto = [window](std::int64_t m) {
+    return window == 0 || m <= window ? m * (m + 1) / 2 : window * (window + 1) / 2 + (m - window) * window;
+  };
+  std::int64_t pairs = 0;
+  for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
+    LT_CHECK(offsets[s + 1] >= offsets[s], "count_attended_pairs: offsets decrease at sample ", s);
+    const std::int64_t p0 = s == 0 ? first_position : 0;
+    pairs += upto(p0 + offsets[s + 1] - offsets[s]) - upto(p0);
+  }
+  return pairs;
 }
 
 std::vector<std::int32_t> flash_query_tiles(const std::vector<std::int64_t>& offsets) {
@@ -421,24 +463,30 @@ void attention_flash(__nv_bfloat16* ctx, const AttentionLayout& a, const std::in
            "attention_flash: k and v must be 16-byte aligned with row strides of 8 elements, q and ctx 4-byte aligned");
   if (T == 0 || num_tiles == 0) return;
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.hq));
+  Work work = attention_work(a, T, true);
+  work.read += 8.0 * double(num_tiles);  // the tile table
+  const Grid g{grid, kFlashThreads, 0, stream, work};
   if (a.qk_dim == 64) {
-    launch<attention_flash_kernel<64, 64>>(Grid{grid, kFlashThreads, 0, stream}, ctx, a, pos, tiles, window);
+    launch<attention_flash_kernel<64, 64>>(g, ctx, a, pos, tiles, window);
   } else if (a.qk_dim == 128) {
-    launch<attention_flash_kernel<128, 128>>(Grid{grid, kFlashThreads, 0, stream}, ctx, a, pos, tiles, window);
+    launch<attention_flash_kernel<128, 128>>(g, ctx, a, pos, tiles, window);
   } else {
-    launch<attention_flash_kernel<192, 128>>(Grid{grid, kFlashThreads, 0, stream}, ctx, a, pos, tiles, window);
+    launch<attention_flash_kernel<192, 128>>(g, ctx, a, pos, tiles, window);
   }
   LT_CUDA_CHECK_LAUNCH();
 }
 
 void attention_flash(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos,
                      const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t hq,
-                     std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream) {
+                     std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream,
+                     std::int64_t attended_pairs) {
   LT_CHECK(qkv != nullptr && hq > 0 && hkv > 0 && hd > 0, "attention_flash: bad shape or null qkv (hq=", hq,
            " hkv=", hkv, " hd=", hd, ")");
   LT_CHECK(hd == 64 || hd == 128, "attention_flash: head_dim ", hd,
            " or this device is not supported (head_dim 64 or 128 on sm_80+)");
-  attention_flash(ctx, fused_layout(qkv, hq, hkv, hd), pos, tiles, num_tiles, T, window, stream);
+  AttentionLayout a = fused_layout(qkv, hq, hkv, hd);
+  a.attended_pairs = attended_pairs;
+  attention_flash(ctx, a, pos, tiles, num_tiles, T, window, stream);
 }
 
 }  // namespace layertap::kernels

@@ -20,6 +20,9 @@ namespace layertap::kernels {
 // scaled by `scale`. ctx is (T, hq * v_dim). Query t's own key is key row t + key_offset: chunked
 // prefill puts the kept keys of the sample in flight's earlier chunks (key_offset rows, positions
 // 0 .. key_offset - 1) ahead of the batch's, and its first segment's positions continue from there.
+// attended_pairs: the batch's attended (query, key) pairs per head, count_attended_pairs(offsets,
+// key_offset, window); it only sizes the launch's stated work (kernels/work.hpp), 0 = not stated
+// (counted as T, one key per query).
 struct AttentionLayout {
   const __nv_bfloat16* q = nullptr;
   std::int64_t q_row = 0;
@@ -30,7 +33,17 @@ struct AttentionLayout {
   std::int64_t hq = 0, hkv = 0, qk_dim = 0, v_dim = 0;
   float scale = 1.0f;
   std::int64_t key_offset = 0;
+  std::int64_t attended_pairs = 0;
 };
+
+// The (query, key) pairs per head that attention over a packed batch attends (causal within each
+// sample; host-known, for the launches' stated work): with sample offsets [S+1], the first
+// sample's first position p0 (its kept positions under chunked prefill; the others start at 0) and
+// a sliding window (0 = none), query i of sample s at position p = p_s + i sees min(p + 1, window)
+// keys, so pairs = sum over samples and their queries of that. E.g. samples of 3 and 5 tokens:
+// 6 + 15; with window 2: 5 + 9.
+std::int64_t count_attended_pairs(const std::vector<std::int64_t>& offsets, std::int64_t first_position,
+                                  std::int64_t window);
 
 // For query t of sample s (its own key row u = t + key_offset, the sample's first key row
 // u0 = u - pos[t]) and query head h (key/value head g = h / (hq / hkv)):
@@ -42,10 +55,12 @@ struct AttentionLayout {
 //   ctx  (T, hq * hd)               bf16, written
 //   qkv  (T, (hq + 2*hkv) * hd)     bf16: q heads, then k heads, then v heads (after RoPE)
 //   pos  (T)                        int32, position of each token within its sample
+//   attended_pairs                  count_attended_pairs of the batch: the launch's stated work
+//                                   only (as AttentionLayout::attended_pairs; 0 = not stated)
 // Launches on `stream`; throws layertap::Error on bad arguments or a failed launch.
 void attention_reference(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos, std::int64_t T,
                          std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
-                         cudaStream_t stream);
+                         cudaStream_t stream, std::int64_t attended_pairs = 0);
 
 // The same function on an AttentionLayout: ctx (T, hq * v_dim); qk_dim and v_dim at most 512.
 void attention_reference(__nv_bfloat16* ctx, const AttentionLayout& layout, const std::int32_t* pos, std::int64_t T,
@@ -70,7 +85,8 @@ bool flash_attention_supported(std::int64_t qk_dim, std::int64_t v_dim);
 //   tiles  (num_tiles, 2) int32  from flash_query_tiles(offsets), on the device
 void attention_flash(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos,
                      const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t hq,
-                     std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream);
+                     std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream,
+                     std::int64_t attended_pairs = 0);
 
 // attention_flash on an AttentionLayout (its head dims as flash_attention_supported(qk, v) says; k
 // and v 16-byte aligned with row strides of whole 8-element chunks; q and ctx 4-byte aligned).

@@ -133,7 +133,11 @@ void rmsnorm_rows(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat
            "rmsnorm_rows: in place needs equal strides");
   if (N == 0) return;
   const unsigned grid = static_cast<unsigned>(N < kMaxGrid ? N : kMaxGrid);
-  launch<rmsnorm_rows_kernel>(Grid{grid, kBlock, 0, stream}, out, out_stride, in, in_stride, weight, eps, N, C);
+  // Reads N rows of C and the weight, writes N rows of C; ~20 lane instructions per element over
+  // the two passes (loads, bf16 widen/round, FMA, multiplies, stores, loop).
+  const double e = sizeof(__nv_bfloat16), NC = double(N) * double(C);
+  const Work work{e * (NC + double(C)), e * NC, 0, 20 * NC};
+  launch<rmsnorm_rows_kernel>(Grid{grid, kBlock, 0, stream, work}, out, out_stride, in, in_stride, weight, eps, N, C);
   LT_CUDA_CHECK_LAUNCH();
 }
 
@@ -148,7 +152,11 @@ void rope_strided(__nv_bfloat16* x, std::int64_t row_stride, std::int64_t head_s
   if (T == 0) return;
   const std::int64_t blocks = (T * heads + kWarps - 1) / kWarps;
   LT_CHECK(blocks < (std::int64_t(1) << 31), "rope_strided: ", T, " tokens x ", heads, " heads is too many");
-  launch<rope_strided_kernel>(Grid{static_cast<unsigned>(blocks), kBlock, 0, stream},
+  // Reads and writes T * heads vectors of dim in place, reads pos and inv_freq; ~20 lane
+  // instructions per element (sincosf per pair, rotation, rounding, loads, stores).
+  const double e = sizeof(__nv_bfloat16), n = double(T) * double(heads) * double(dim);
+  const Work work{e * n + 4.0 * double(T) + 2.0 * double(dim), e * n, 0, 20 * n};
+  launch<rope_strided_kernel>(Grid{static_cast<unsigned>(blocks), kBlock, 0, stream, work},
       x, row_stride, head_stride, offset, heads, dim, interleaved, pos, inv_freq, attention_factor, T);
   LT_CUDA_CHECK_LAUNCH();
 }
@@ -161,7 +169,13 @@ void mla_assemble_kv(__nv_bfloat16* k, __nv_bfloat16* v, const __nv_bfloat16* kv
   LT_CHECK(k != nullptr && v != nullptr && kv != nullptr && k_rope != nullptr, "mla_assemble_kv: null pointer argument");
   if (T == 0) return;
   const unsigned grid = static_cast<unsigned>(T < kMaxGrid ? T : kMaxGrid);
-  launch<assemble_kv_kernel>(Grid{grid, kBlock, 0, stream}, k, v, kv, k_rope, k_rope_stride, T, nh, nope, rd, vd);
+  // Reads kv (T, nh (nope + vd)) and the shared rope key (T, rd), writes k (T, nh (nope + rd)) and
+  // v (T, nh vd); ~30 lane instructions per output (64-bit index division and modulo, select,
+  // load, store).
+  const double e = sizeof(__nv_bfloat16), Tn = double(T) * double(nh), out = Tn * double(nope + rd + vd);
+  const Work work{e * (Tn * double(nope + vd) + double(T) * double(rd)), e * out, 0, 30 * out};
+  launch<assemble_kv_kernel>(Grid{grid, kBlock, 0, stream, work}, k, v, kv, k_rope, k_rope_stride, T, nh, nope, rd,
+                             vd);
   LT_CUDA_CHECK_LAUNCH();
 }
 

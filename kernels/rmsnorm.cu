@@ -91,7 +91,11 @@ void fused_residual_rmsnorm(__nv_bfloat16* out, __nv_bfloat16* residual, const _
   if (N == 0) return;
   constexpr std::int64_t kMaxGrid = 1 << 16;  // rows beyond this are grid-strided
   const unsigned grid = static_cast<unsigned>(N < kMaxGrid ? N : kMaxGrid);
-  launch<fused_residual_rmsnorm_kernel>(Grid{grid, kBlock, 0, stream}, out, residual, x, weight, eps, N, C);
+  // Reads residual, x (if any) and weight, writes out and (with x) residual; ~20 lane instructions
+  // per element over the two passes (loads, bf16 widen/round, add, FMA, stores, loop).
+  const double e = sizeof(__nv_bfloat16), NC = double(N) * double(C), xs = x != nullptr ? 1 : 0;
+  const Work work{e * (NC * (1 + xs) + double(C)), e * NC * (1 + xs), 0, 20 * NC};
+  launch<fused_residual_rmsnorm_kernel>(Grid{grid, kBlock, 0, stream, work}, out, residual, x, weight, eps, N, C);
   LT_CUDA_CHECK_LAUNCH();
 }
 

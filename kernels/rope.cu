@@ -88,9 +88,15 @@ void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_
   const std::int64_t warps = T * (hq + hkv);
   const std::int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   LT_CHECK(blocks < (std::int64_t(1) << 31), "qk_norm_rope: ", T, " tokens x ", hq + hkv, " heads is too many");
-  launch<qk_norm_rope_kernel>(Grid{static_cast<unsigned>(blocks), kBlock, 0, stream}, qkv, pos, inv_freq, q_norm, k_norm,
-                                                                           eps, T, hq, hkv, hd,
-                                                                           attention_factor);
+  // Reads and writes the T (hq + hkv) rotated heads of hd values in place, reads pos, inv_freq and
+  // the norms; ~20 lane instructions per element (sincosf per pair, rotation, rounding, loads,
+  // stores), ~10 more with the per-head norm.
+  const double e = sizeof(__nv_bfloat16), n = double(warps) * double(hd);  // rotated elements
+  const bool norm = q_norm != nullptr;
+  const Work work{e * n + 4.0 * double(T) + 2.0 * double(hd) + (norm ? 2 * e * double(hd) : 0), e * n, 0,
+                  (norm ? 30 : 20) * n};
+  launch<qk_norm_rope_kernel>(Grid{static_cast<unsigned>(blocks), kBlock, 0, stream, work}, qkv, pos, inv_freq, q_norm,
+                              k_norm, eps, T, hq, hkv, hd, attention_factor);
   LT_CUDA_CHECK_LAUNCH();
 }
 

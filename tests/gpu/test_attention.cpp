@@ -69,6 +69,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   Guarded<std::int32_t> d_tiles(std::int64_t(tiles.size()));
   d_tiles.upload(tiles);
 
+  const std::int64_t pairs = kernels::count_attended_pairs(offsets, 0, c.window);  // the launches' stated work
   int fails = 0;
   for (const bool flash : {false, true}) {
     char name[160];
@@ -82,10 +83,10 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
     poison_bf16(d_ctx);
     if (flash) {
       kernels::attention_flash(as_bf16(d_ctx.data()), as_bf16(d_qkv.data()), d_pos.data(), d_tiles.data(),
-                               std::int64_t(tiles.size()) / 2, T, c.hq, c.hkv, hd, c.window, stream);
+                               std::int64_t(tiles.size()) / 2, T, c.hq, c.hkv, hd, c.window, stream, pairs);
     } else {
       kernels::attention_reference(as_bf16(d_ctx.data()), as_bf16(d_qkv.data()), d_pos.data(), T, c.hq, c.hkv, hd,
-                                   c.window, stream);
+                                   c.window, stream, pairs);
     }
     LT_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> got = widen(d_ctx.download());
@@ -124,10 +125,41 @@ int tile_checks() {
   return fails;
 }
 
+// count_attended_pairs (no device needed): stated figures, then a count key by key as the kernels
+// mask them (keys lo .. u of the query's sample, lo = u - window + 1 when that is later).
+int pairs_checks() {
+  struct Want {
+    std::vector<std::int64_t> offsets;
+    std::int64_t first_position, window, pairs;
+  };
+  const std::vector<Want> wants = {
+      {{0, 3, 8}, 0, 0, 6 + 15},     {{0, 3, 8}, 0, 2, 5 + 9},      {{0, 3, 8}, 4, 0, 18 + 15},
+      {{0, 3, 8}, 4, 2, 6 + 9},      {{0, 3, 8}, 1, 3, 8 + 12},     {{0, 0, 5}, 7, 0, 15},
+      {{0, 1}, 0, 0, 1},             {{0, 300}, 0, 17, 17 * 18 / 2 + 283 * 17}};
+  int fails = 0;
+  for (const Want& w : wants) {
+    const std::int64_t got = kernels::count_attended_pairs(w.offsets, w.first_position, w.window);
+    std::int64_t brute = 0;
+    for (std::size_t s = 0; s + 1 < w.offsets.size(); ++s)
+      for (std::int64_t t = w.offsets[s]; t < w.offsets[s + 1]; ++t) {
+        const std::int64_t u = t - w.offsets[s] + (s == 0 ? w.first_position : 0);  // own key, sample-relative
+        const std::int64_t lo = w.window > 0 && u - w.window + 1 > 0 ? u - w.window + 1 : 0;
+        brute += u - lo + 1;
+      }
+    const bool ok = got == w.pairs && brute == w.pairs;
+    std::printf("%s count_attended_pairs over %zu samples, first position %lld, window %lld: %lld (want %lld, "
+                "key by key %lld)\n",
+                ok ? "ok  " : "FAIL", w.offsets.size() - 1, (long long)w.first_position, (long long)w.window,
+                (long long)got, (long long)w.pairs, (long long)brute);
+    fails += ok ? 0 : 1;
+  }
+  return fails;
+}
+
 }  // namespace
 
 int main() {
-  return layertap::gpu_test::run_kernel_test(tile_checks(), [](cudaStream_t stream) {
+  return layertap::gpu_test::run_kernel_test(tile_checks() + pairs_checks(), [](cudaStream_t stream) {
     int failures = 0;
     const std::vector<std::int64_t> mixed = {19, 1, 61, 7, 33};        // the golden samples
     const std::vector<std::int64_t> tiles = {64, 65, 1, 63, 128, 130};  // on and off the 64-token tile

@@ -209,9 +209,11 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   const ChunkRows& c = chunk_;
   if (c.kept == 0 && !c.keep) {  // whole samples: keys and values straight from the projection
     if (attention_ == AttentionKernel::Flash) {
-      kernels::attention_flash(w.ctx, w.qkv, pos, tiles, num_tiles, T, hq, hkv, hd, window, s);  // (T, hq * hd)
+      kernels::attention_flash(w.ctx, w.qkv, pos, tiles, num_tiles, T, hq, hkv, hd, window, s,
+                               attended_pairs_[std::size_t(layer)]);  // (T, hq * hd)
     } else {
-      kernels::attention_reference(w.ctx, w.qkv, pos, T, hq, hkv, hd, window, s);  // (T, hq * hd)
+      kernels::attention_reference(w.ctx, w.qkv, pos, T, hq, hkv, hd, window, s,
+                                   attended_pairs_[std::size_t(layer)]);  // (T, hq * hd)
     }
   } else {
     // keys (kept + T, 2 hkv hd) = the sample in flight's kept K | V rows, then the batch's.
@@ -226,6 +228,7 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
     kernels::AttentionLayout a{w.qkv, qkv_row, w.keys, row, w.keys + hkv * hd, row, hq, hkv, hd, hd,
                                1.0f / std::sqrt(float(hd))};
     a.key_offset = c.kept;
+    a.attended_pairs = attended_pairs_[std::size_t(layer)];
     if (attention_ == AttentionKernel::Flash) {
       kernels::attention_flash(w.ctx, a, pos, tiles, num_tiles, T, window, s);  // (T, hq * hd)
     } else {
@@ -278,6 +281,7 @@ void CudaBackend::mla_block(std::int64_t layer, std::int64_t T, const std::int32
   kernels::AttentionLayout layout{w.mla_q, nh * qk, w.mla_k, nh * qk, w.mla_v, nh * vd,
                                   nh,      nh,      qk,      vd,      shape_.softmax_scale};
   layout.key_offset = P;
+  layout.attended_pairs = attended_pairs_[std::size_t(layer)];
   if (attention_ == AttentionKernel::Flash) {
     kernels::attention_flash(w.ctx, layout, pos, tiles, num_tiles, T, 0, s);  // (T, nh * v)
   } else {
@@ -454,6 +458,18 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   stager_->begin(capturing ? &plan : nullptr, T);
   chunk_ = ChunkRows{batch.first_position, batch.last_continues, last, keep_at};
   kept_positions_ = 0;  // until this batch has run: after a failure, only a new sample may start
+  // The batch's attended (query, key) pairs per layer, by the layer's window (MLA: none), for the
+  // attention launches' stated work; each distinct window counted once.
+  attended_pairs_.resize(std::size_t(L));
+  std::vector<std::pair<std::int64_t, std::int64_t>> by_window;  // (window, pairs)
+  for (std::int64_t i = 0; i < L; ++i) {
+    const std::int64_t window = shape_.mla ? 0 : config_.sliding_window[std::size_t(i)];
+    auto it = std::find_if(by_window.begin(), by_window.end(), [&](const auto& p) { return p.first == window; });
+    if (it == by_window.end())
+      it = by_window.insert(by_window.end(),
+                            {window, kernels::count_attended_pairs(batch.offsets, batch.first_position, window)});
+    attended_pairs_[std::size_t(i)] = it->second;
+  }
 
   // Batch metadata, packed from the front of one pinned buffer, goes over in one copy:
   // ids (T) | pos (T) | flash tiles (num_tiles, 2).

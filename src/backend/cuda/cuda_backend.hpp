@@ -112,6 +112,7 @@ class CudaBackend final : public Backend {
   ChunkRows chunk_;
   std::int64_t max_kept_ = 0;        // positions the workspace keeps (max_kept_positions)
   std::int64_t kept_positions_ = 0;  // positions of the sample in flight kept now
+  std::vector<std::int64_t> attended_pairs_;  // [L] the batch's attended (query, key) pairs per head (stated work)
   Event counts_ready_;
   std::int64_t last_tokens_ = 0;     // T of the last forward (its routing record's rows)
   std::vector<Event> layer_events_;  // (L + 1) timing events with options.profile_layers
