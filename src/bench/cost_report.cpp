@@ -184,8 +184,8 @@ int run_cost_report(const BenchOptions& o, std::ostream& out) {
   ModelledAllReduce comm(o.tp_rank, o.tp_shard);
   const auto backend = cuda::CudaBackend::synthetic(cfg, comm, bo, o.seed);
   const cuda::LocalShape& shape = backend->shape();
-  BufferPool results(plan.points.size());
-  backend->set_result_pool(&results);
+  BufferPool result_buffers(plan.points.size());
+  backend->set_result_pool(&result_buffers);
   const double device_gib = double(sim::counters(o.device).peak_device_bytes) / double(std::size_t(1) << 30);
   const auto kind_of = [&](std::int64_t layer) -> std::string {
     if (layer < 0) return "outside the layers";
@@ -210,9 +210,9 @@ int run_cost_report(const BenchOptions& o, std::ostream& out) {
     probe.assumed_expert_rows = uniform_expert_rows(shape, T);
     // The job's steady state: the states' buffers come back from the writer, so the recorded
     // forward reuses those of the one before (core/buffer_pool.hpp).
-    results.give(backend->forward(batch, plan, DType::BF16));
+    result_buffers.give(backend->forward(batch, plan, DType::BF16));
     sim::record_calls(o.device, true);
-    results.give(backend->forward(batch, plan, DType::BF16));
+    result_buffers.give(backend->forward(batch, plan, DType::BF16));
     sim::record_calls(o.device, false);
     const std::vector<sim::Call> calls = sim::take_calls(o.device);
     std::vector<std::string> unstated;
