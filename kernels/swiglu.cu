@@ -27,7 +27,8 @@ template <int VEC>
 __global__ void __launch_bounds__(kBlock)
     swiglu_kernel(__nv_bfloat16* __restrict__ act,            // (T, I)
                   const __nv_bfloat16* __restrict__ gate_up,  // (T, 2I)
-                  std::int64_t T, std::int64_t I) {
+                  std::int64_t T, std::int64_t I, const std::int32_t* __restrict__ rows) {
+  if (rows != nullptr) T = *rows < T ? (*rows > 0 ? *rows : 0) : T;
   for (std::int64_t t = blockIdx.x; t < T; t += gridDim.x) {
     const __nv_bfloat16* gate = gate_up + t * 2 * I;
     const __nv_bfloat16* up = gate + I;
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kBlock)
 // launchers
 
 void swiglu(__nv_bfloat16* act, const __nv_bfloat16* gate_up, std::int64_t T, std::int64_t I,
-            cudaStream_t stream) {
+            cudaStream_t stream, const std::int32_t* rows) {
   LT_CHECK(T >= 0 && I > 0, "swiglu: bad shape T=", T, " I=", I);
   LT_CHECK(act != nullptr && gate_up != nullptr, "swiglu: null pointer argument");
   if (T == 0) return;
@@ -65,13 +66,13 @@ void swiglu(__nv_bfloat16* act, const __nv_bfloat16* gate_up, std::int64_t T, st
   const bool aligned = I % 8 == 0 && reinterpret_cast<std::uintptr_t>(act) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(gate_up) % 16 == 0;
   // Reads gate_up (T, 2I), writes act (T, I); ~25 lane instructions per output (expf, IEEE
-  // division, two bf16 roundings, loads and stores).
+  // division, two bf16 roundings, loads and stores). With `rows`, T is the bound the host knows.
   const double e = sizeof(__nv_bfloat16), TI = double(T) * double(I);
   const Grid g{grid, kBlock, 0, stream, Work{2 * e * TI, e * TI, 0, 25 * TI}};
   if (aligned) {
-    launch<swiglu_kernel<8>>(g, act, gate_up, T, I);
+    launch<swiglu_kernel<8>>(g, act, gate_up, T, I, rows);
   } else {
-    launch<swiglu_kernel<1>>(g, act, gate_up, T, I);
+    launch<swiglu_kernel<1>>(g, act, gate_up, T, I, rows);
   }
   LT_CUDA_CHECK_LAUNCH();
 }

@@ -12,8 +12,10 @@ namespace layertap::kernels {
 // i.e. Hugging Face's act_fn(gate) * up with a bf16 tensor between the two ops.
 //   act      (T, I)      bf16, written
 //   gate_up  (T, 2 * I)  bf16: gate in columns [0, I), up in [I, 2I)
+//   rows     device int32, or null: when set, only the first min(*rows, T) rows are computed (a MoE
+//            layer's routed rows, counted on the device; T is then the host's bound on them)
 // Launches on `stream`; throws layertap::Error on bad arguments or a failed launch.
 void swiglu(__nv_bfloat16* act, const __nv_bfloat16* gate_up, std::int64_t T, std::int64_t I,
-            cudaStream_t stream);
+            cudaStream_t stream, const std::int32_t* rows = nullptr);
 
 }  // namespace layertap::kernels

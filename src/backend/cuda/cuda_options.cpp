@@ -20,4 +20,20 @@ const char* attention_kernel_name(AttentionKernel k) {
   return "?";
 }
 
+ExpertKernel parse_expert_kernel(const std::string& name) {
+  if (name == "auto") return ExpertKernel::Auto;
+  if (name == "grouped") return ExpertKernel::Grouped;
+  if (name == "expand") return ExpertKernel::Expand;
+  LT_FAIL("unknown expert kernel '", name, "' (auto, grouped, expand)");
+}
+
+const char* expert_kernel_name(ExpertKernel k) {
+  switch (k) {
+    case ExpertKernel::Auto: return "auto";
+    case ExpertKernel::Grouped: return "grouped";
+    case ExpertKernel::Expand: return "expand";
+  }
+  return "?";
+}
+
 }  // namespace layertap::cuda

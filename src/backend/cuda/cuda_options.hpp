@@ -19,6 +19,18 @@ enum class AttentionKernel {
 AttentionKernel parse_attention_kernel(const std::string& name);
 const char* attention_kernel_name(AttentionKernel k);
 
+// How a MoE layer multiplies its routed experts.
+enum class ExpertKernel {
+  Auto,     // grouped where the experts' storage allows it (grouped_experts.hpp says where not), else expand
+  Grouped,  // kernels/grouped_gemm: one launch per projection for all of the rank's experts, the
+            // weights read as stored (INT4, FP8, bf16), the rows counted on the device: no host wait
+  Expand,   // the reference: packed experts expanded to bf16 a group at a time, one cuBLASLt
+            // product per expert and projection, the row counts waited for on the host
+};
+// "auto", "grouped" or "expand"; throws layertap::Error naming the choices otherwise.
+ExpertKernel parse_expert_kernel(const std::string& name);
+const char* expert_kernel_name(ExpertKernel k);
+
 struct CudaBackendOptions {
   std::int64_t max_batch_tokens = 8192;  // T of the largest batch; sizes every activation buffer
   // The longest sample. One longer than max_batch_tokens runs in chunks over consecutive batches,
@@ -27,13 +39,14 @@ struct CudaBackendOptions {
   std::int64_t max_sample_tokens = 0;
   std::int64_t max_capture_points = 4;   // distinct capture points per batch (eagle3 = 4)
   AttentionKernel attention = AttentionKernel::Auto;
+  ExpertKernel experts = ExpertKernel::Auto;
   double timeout_s = 1800;               // bound on any wait for the GPU or tensor-parallel peers
   int host_copy_threads = 4;             // threads that copy captured states into the result
   MoeSplit moe_split = MoeSplit::Experts;  // how the routed experts are laid out over the TP group
   bool profile_layers = false;           // time each decoder layer (CudaProbe::layer_ms) with events
   std::size_t memory_limit = 0;          // use at most this much device memory (--gpu-memory); 0: all that is free
   // The slots packed routed experts are expanded into (bf16), a group of experts at a time; at
-  // least one expert's.
+  // least one expert's. Only where the experts are expanded (ExpertKernel::Expand).
   std::size_t expert_scratch_bytes = std::size_t(512) << 20;
   LoaderOptions loader;                  // reading the checkpoint (threads, staging ring)
   CudaProbe* probe = nullptr;            // benchmarks and tests only: routing hooks, per-layer figures
