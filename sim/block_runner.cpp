@@ -99,10 +99,18 @@ const char* op_name(WarpOp op) {
     case WarpOp::shfl_xor: return "__shfl_xor_sync";
     case WarpOp::ballot: return "__ballot_sync";
     case WarpOp::mma: return "mma.sync.m16n8k16";
-    case WarpOp::ldmatrix: return "ldmatrix.x4.trans";
+    case WarpOp::ldmatrix: return "ldmatrix";
   }
   return "?";
 }
+
+// A cp.async the thread issued and has not waited for yet.
+struct AsyncCopy {
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  int cp_size = 0, src_size = 0;
+  std::int64_t group = -1;  // -1 until cp.async.commit_group
+};
 
 struct Lane {
   ThreadContext ctx{};
@@ -117,7 +125,12 @@ struct Lane {
   bool predicate = false;
   std::uint32_t in[10] = {};
   const void* address = nullptr;
+  int ld_count = 4;      // ldmatrix: matrices (1, 2, 4)
+  bool ld_trans = true;  // ldmatrix: .trans
   std::uint32_t out[4] = {};
+  // cp.async: pending copies in issue order, and the groups committed so far.
+  std::vector<AsyncCopy> copies;
+  std::int64_t groups_committed = 0;
 };
 
 struct Block {
@@ -253,11 +266,21 @@ void compute_mma(Lane* lanes) {
   }
 }
 
-// ldmatrix .x4 .trans (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lane 8i+j gives
-// the address of row j of matrix i (8 contiguous b16); with .trans, lane l receives in register
-// i the elements (row 2c, column g) and (row 2c+1, column g) of matrix i, g = l / 4, c = l % 4.
+// ldmatrix .x1/.x2/.x4 (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lane 8i+j gives
+// the address of row j of matrix i (8 contiguous b16; lanes from 8 * count on give none). Lane l
+// receives in register i the elements (row g, column 2c) and (row g, column 2c+1) of matrix i,
+// g = l / 4, c = l % 4; with .trans (row 2c, column g) and (row 2c+1, column g). The lower index
+// in the register's low half.
 std::string compute_ldmatrix(Lane* lanes) {
+  const int count = lanes[0].ld_count;
+  const bool trans = lanes[0].ld_trans;
   for (int l = 0; l < 32; ++l) {
+    if (lanes[l].ld_count != count || lanes[l].ld_trans != trans) {
+      return "ldmatrix: lane " + std::to_string(l) + " asks for .x" + std::to_string(lanes[l].ld_count) +
+             (lanes[l].ld_trans ? ".trans" : "") + ", lane 0 for .x" + std::to_string(count) + (trans ? ".trans" : "");
+    }
+  }
+  for (int l = 0; l < 8 * count; ++l) {
     if (reinterpret_cast<std::uintptr_t>(lanes[l].address) % 16 != 0) {
       return "ldmatrix: lane " + std::to_string(l) + "'s row address is not 16-byte aligned";
     }
@@ -269,7 +292,10 @@ std::string compute_ldmatrix(Lane* lanes) {
   };
   for (int l = 0; l < 32; ++l) {
     const int g = l / 4, c = l % 4;
-    for (int i = 0; i < 4; ++i) lanes[l].out[i] = element(i, 2 * c, g) | (element(i, 2 * c + 1, g) << 16);
+    for (int i = 0; i < count; ++i) {
+      lanes[l].out[i] = trans ? element(i, 2 * c, g) | (element(i, 2 * c + 1, g) << 16)
+                              : element(i, g, 2 * c) | (element(i, g, 2 * c + 1) << 16);
+    }
   }
   return {};
 }
@@ -476,11 +502,53 @@ void mma_m16n8k16_bf16_f32(float (&d)[4], const std::uint32_t (&a)[4], std::uint
   for (int i = 0; i < 4; ++i) d[i] = std::bit_cast<float>(lane.out[i]);
 }
 
-void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row_address) {
+void ldmatrix(std::uint32_t* r, int count, bool trans, const void* row_address) {
   Lane& lane = calling_lane("ldmatrix");
+  if (count != 1 && count != 2 && count != 4) kill_block(lane, "ldmatrix: .x" + std::to_string(count) + " does not exist");
   lane.address = row_address;
+  lane.ld_count = count;
+  lane.ld_trans = trans;
   wait_at_warp(lane, WarpOp::ldmatrix, 0xffffffffu);
-  for (int i = 0; i < 4; ++i) r[i] = lane.out[i];
+  for (int i = 0; i < count; ++i) r[i] = lane.out[i];
+}
+
+void cp_async(void* dst, const void* src, int cp_size, int src_size) {
+  Lane& lane = calling_lane("cp.async");
+  const std::string call = "cp.async of " + std::to_string(cp_size) + " bytes (src-size " + std::to_string(src_size) + ")";
+  if (cp_size != 4 && cp_size != 8 && cp_size != 16) kill_block(lane, call + ": cp-size must be 4, 8 or 16");
+  if (src_size < 0 || src_size > cp_size) kill_block(lane, call + ": src-size must be 0.." + std::to_string(cp_size));
+  if (reinterpret_cast<std::uintptr_t>(dst) % unsigned(cp_size) != 0 ||
+      (src_size > 0 && reinterpret_cast<std::uintptr_t>(src) % unsigned(cp_size) != 0)) {
+    kill_block(lane, call + ": the shared and global addresses must be aligned to cp-size");
+  }
+  // Until a wait covers it, the destination holds no data yet: 0xff bytes, NaN to a reader.
+  std::memset(dst, 0xff, std::size_t(cp_size));
+  lane.copies.push_back(AsyncCopy{static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), cp_size, src_size, -1});
+}
+
+void cp_async_commit_group() {
+  Lane& lane = calling_lane("cp.async.commit_group");
+  for (AsyncCopy& c : lane.copies)
+    if (c.group < 0) c.group = lane.groups_committed;
+  ++lane.groups_committed;
+}
+
+void cp_async_wait_group(int n) {
+  Lane& lane = calling_lane("cp.async.wait_group");
+  if (n < 0) kill_block(lane, "cp.async.wait_group " + std::to_string(n) + ": the count must be at least 0");
+  // Groups below `done` complete now, in issue order; uncommitted copies stay pending.
+  const std::int64_t done = lane.groups_committed - n;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < lane.copies.size(); ++i) {
+    const AsyncCopy& c = lane.copies[i];
+    if (c.group >= 0 && c.group < done) {
+      if (c.src_size > 0) std::memcpy(c.dst, c.src, std::size_t(c.src_size));
+      std::memset(c.dst + c.src_size, 0, std::size_t(c.cp_size - c.src_size));
+    } else {
+      lane.copies[kept++] = c;
+    }
+  }
+  lane.copies.resize(kept);
 }
 
 void trap(const char* where) {
