@@ -30,6 +30,7 @@ BUDGET_S=${BUDGET_S:-470}  # the whole script, with 10 s to spare under 8 minute
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
 export BENCH_TXT="$OUT/bench.txt" BENCH_KIMI_TXT="$OUT/bench_kimi_k2.5.txt" BENCH_QWEN_TXT="$OUT/bench_qwen3_30b_a3b.txt"
+export BENCH_KIMI_EXPAND_TXT="$OUT/bench_kimi_k2.5_expand.txt" NCU_DIR="${NCU_DIR:-/tmp/gpu-check-ncu}"
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 : >"$LOG"
 exec > >(tee -a "$LOG") 2>&1
@@ -215,6 +216,11 @@ if ((built)); then
     --synthetic llama3-8b --tokens 8192,16384 --points 4 --iters 5
   stage kimi-k2.5 150 bash -c 'set -o pipefail; "$@" | tee "$BENCH_KIMI_TXT"' bench "$BUILD/src/layertap_bench" \
     --synthetic kimi-k2.5 --tp-shard 8 --tokens 8192 --points 4 --iters 3 --routing uniform,zipf
+  # The reference path of the MoE experts (expanded to bf16, one cuBLASLt product each, a host
+  # wait per layer), timed and checked the same way: the grouped path above is held to it.
+  stage kimi-k2.5-expand 120 bash -c 'set -o pipefail; "$@" | tee "$BENCH_KIMI_EXPAND_TXT"' bench \
+    "$BUILD/src/layertap_bench" --synthetic kimi-k2.5 --tp-shard 8 --tokens 8192 --points 4 --iters 3 \
+    --routing uniform --expert-gemm expand
   # Per-kernel times: Nsight Compute replays each kernel of the first forward (no capture) of a
   # 3-layer build (eagle3 needs 3; the random weight fills skipped by name), Llama-3.1-8B shapes
   # and Kimi-K2.5's rank share (layer 0 dense, then MoE) at 8192 tokens; tools/kernel_times.py sums
@@ -223,12 +229,13 @@ if ((built)); then
   if command -v ncu >/dev/null; then
     stage kernels 150 bash -c 'set -e
       prof() { ncu --csv --print-units base --clock-control none --metrics gpu__time_duration.sum \
-        -k "regex:^(?!fill_)" --launch-count "$2" --log-file "$OUT/ncu_$1.csv" "${@:3}" >/dev/null; }
+        -k "regex:^(?!fill_)" --launch-count "$2" --log-file "$NCU_DIR/ncu_$1.csv" "${@:3}" >/dev/null; }
+      mkdir -p "$NCU_DIR"
       prof llama3-8b 32 "$0" --synthetic llama3-8b --layers 3 --tokens 8192 --points 4 --iters 1 --warmup 1 \
         --check-tokens 0
       prof kimi-k2.5 400 "$0" --synthetic kimi-k2.5 --tp-shard 8 --layers 3 --tokens 8192 --points 4 --iters 1 \
         --warmup 1 --routing uniform --check-tokens 0
-      python3 tools/kernel_times.py "$OUT"/ncu_llama3-8b.csv "$OUT"/ncu_kimi-k2.5.csv >"$OUT/kernel_times.txt"; cat "$OUT/kernel_times.txt"' \
+      python3 tools/kernel_times.py "$NCU_DIR"/ncu_llama3-8b.csv "$NCU_DIR"/ncu_kimi-k2.5.csv >"$OUT/kernel_times.txt"; cat "$OUT/kernel_times.txt"' \
       "$BUILD/src/layertap_bench"
   else
     echo "ncu not on PATH: no per-kernel times"
@@ -261,7 +268,7 @@ if [[ -f "$BENCH_TXT" ]]; then
   echo "  benchmark:"
   grep -E "^ +tokens \||^ +[0-9]+ \|" "$BENCH_TXT" | sed 's/^/    /'
 fi
-for f in "$BENCH_KIMI_TXT" "$BENCH_QWEN_TXT"; do
+for f in "$BENCH_KIMI_TXT" "$BENCH_KIMI_EXPAND_TXT" "$BENCH_QWEN_TXT"; do
   grep -qE "^ (per-layer|projection) \|" "$f" 2>/dev/null || continue
   echo "  $(basename "$f" .txt):"
   grep -E "^ (per-layer|projection) \|" "$f" | sed 's/^/    /'

@@ -177,6 +177,7 @@ int run_cost_report(const BenchOptions& o, std::ostream& out) {
   bo.max_batch_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
   bo.max_capture_points = std::int64_t(plan.points.size());
   bo.attention = cuda::parse_attention_kernel(o.attention);
+  bo.experts = cuda::parse_expert_kernel(o.experts);
   bo.moe_split = shard.moe_split;
   cuda::CudaProbe probe;
   probe.cost_only = true;
@@ -197,7 +198,8 @@ int run_cost_report(const BenchOptions& o, std::ostream& out) {
 
   out << "cost report: a model, not a measurement. Synthetic " << o.model << ", rank " << o.tp_rank << " of a "
       << o.tp_shard << "-GPU tensor-parallel group (--moe-split " << o.moe_split << "), " << cfg.num_layers
-      << " layers (" << moe_layers << " MoE), capture " << o.capture << "; one forward per batch recorded by the "
+      << " layers (" << moe_layers << " MoE), capture " << o.capture << ", " << backend->description()
+      << "; one forward per batch recorded by the "
       << "simulated GPU without running it (a cost-only device); the rank's device memory "
       << fixed(device_gib, 2) << " GiB.\n";
   struct Result {

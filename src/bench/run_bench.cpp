@@ -279,6 +279,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   bo.max_batch_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
   bo.max_capture_points = std::int64_t(resolve_capture(o.capture, full_cfg.num_layers).points.size());
   bo.attention = cuda::parse_attention_kernel(o.attention);
+  bo.experts = cuda::parse_expert_kernel(o.experts);
   bo.moe_split = shard.moe_split;
   bo.profile_layers = moe;
   cuda::CudaProbe probe;  // routing skew in, per-layer times and expert loads out

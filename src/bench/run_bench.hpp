@@ -28,6 +28,7 @@ struct BenchOptions {
   int warmup = 1;                             // untimed forwards per mode first
   int gemm_iters = 10;                        // passes over the layers' four products per timing
   std::string attention = "auto";             // auto, reference, flash
+  std::string experts = "auto";               // MoE routed experts: auto, grouped, expand (cuda::ExpertKernel)
   int device = 0;
   std::uint64_t seed = 1;
   // One rank's share of a tensor-parallel group of tp_shard GPUs (the all-reduces are modelled,

@@ -138,6 +138,10 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
        "products per shape in the GEMM-rate measurement")
       ("attention", spelled(o.attention, "KERNEL", "auto", [](const std::string& v) { return v; }),
        "auto, reference, flash")
+      ("expert-gemm", spelled(o.experts, "KERNEL", "auto", [](const std::string& v) { return v; }),
+       "MoE routed experts: grouped (one launch per projection for all of the rank's experts, weights read as "
+       "stored, no host wait), expand (the reference: packed experts expanded to bf16, one cuBLASLt product "
+       "per expert, the row counts waited for on the host) or auto (grouped where it reads the experts)")
       ("device", spelled(o.device, "N", "0", int_at_least<int>("device", 0)), "GPU index")
       ("seed", spelled(o.seed, "N", "1", int_at_least<std::uint64_t>("seed", 0)), "weights and tokens seed")
       ("check-tokens", spelled(o.check_tokens, "N", "512", int_at_least<std::int64_t>("check-tokens", 0)),
@@ -192,6 +196,7 @@ bool parse_bench_options(const std::vector<std::string>& args, BenchOptions& o, 
   if (points > 0) o.capture = points_spec(points, c.num_layers);
   (void)resolve_capture(o.capture, c.num_layers);  // validates the points
   (void)cuda::parse_attention_kernel(o.attention);
+  (void)cuda::parse_expert_kernel(o.experts);
   return true;
 }
 

@@ -377,7 +377,7 @@ HostRouting reference_routing(const ModelConfig& c, const ModelWeights& w, const
 
 // A MoE/MLA fixture at tensor parallel `tp` (ranks as threads on one GPU) with `split`; quantized
 // checkpoints kept packed. Forced routing held to the bound; the free-running forward printed.
-int golden_moe(const std::string& name, int tp, MoeSplit split) {
+int golden_moe(const std::string& name, int tp, MoeSplit split, cuda::ExpertKernel experts = cuda::ExpertKernel::Grouped) {
   const fs::path dir = fixture(name);
   const ModelConfig cfg = load_model_config((dir / "config.json").string());
   try {
@@ -391,7 +391,8 @@ int golden_moe(const std::string& name, int tp, MoeSplit split) {
   const CapturePlan plan = all_points(cfg.num_layers);
   const std::vector<Batch> batches = golden_batches(ref);
   const bool packed = cfg.quant.method != QuantConfig::Method::None;
-  const std::string label = cat(name, " tp=", tp, tp > 1 ? cat(" ", moe_split_name(split)) : std::string());
+  const std::string label = cat(name, " tp=", tp, tp > 1 ? cat(" ", moe_split_name(split)) : std::string(), " ",
+                                cuda::expert_kernel_name(experts));
 
   // The float32 reference's routing of each batch (the replica checked on the final point).
   std::vector<HostRouting> routing;
@@ -421,6 +422,7 @@ int golden_moe(const std::string& name, int tp, MoeSplit split) {
     o.max_batch_tokens = total_tokens(ref);
     o.max_capture_points = int64_t(plan.points.size());
     o.moe_split = split;
+    o.experts = experts;    // grouped: construction fails where the grouped GEMM cannot read the experts
     cuda::CudaProbe probe;  // the forced routing of each batch
     o.probe = &probe;
     // packed: the production path (the load plan from the checkpoint); else float32 host slices.
@@ -553,7 +555,7 @@ int chunked_matches_whole(const std::string& name, int tp, MoeSplit split, const
 
 // A quantized checkpoint loaded by its plan (held packed) gives the states of its decoded values
 // uploaded as bf16.
-int packed_matches_bf16(const std::string& name) {
+int packed_matches_bf16(const std::string& name, cuda::ExpertKernel experts) {
   const fs::path dir = fixture(name);
   const ModelConfig cfg = load_model_config((dir / "config.json").string());
   const Checkpoint ckpt(checkpoint_files(dir.string()));
@@ -566,15 +568,22 @@ int packed_matches_bf16(const std::string& name) {
   cuda::CudaBackendOptions o;
   o.max_batch_tokens = all.num_tokens();
   o.max_capture_points = int64_t(plan.points.size());
+  o.experts = experts;
   cuda::CudaBackend plain(cfg, w, solo, o), kept(cfg, ckpt, solo, o);
   const States a = plain.forward(all, plan, DType::BF16), b = kept.forward(all, plan, DType::BF16);
   std::size_t differ = 0;
   for (std::size_t p = 0; p < a.size(); ++p) differ += a[p] != b[p];
+  // Expanded: the packed experts take scratch slots; grouped: none (read as stored).
+  const cuda::MemoryPlan& km = kept.memory();
+  const bool path_ok = experts == cuda::ExpertKernel::Expand ? km.scratch_bytes > 0 && km.expert_group > 0
+                                                               : km.experts_grouped && km.expert_group == 0;
   const bool ok = differ == 0 && a.size() == plan.points.size() && plain.memory().packed_bytes == 0 &&
-                  kept.memory().packed_bytes > 0 && kept.memory().scratch_bytes > 0;
-  std::printf("%s %-16s packed on the device (%zu packed bytes, scratch %zu) = bf16 upload: %zu of %zu points differ\n",
-              ok ? "ok  " : "FAIL", name.c_str(), kept.memory().packed_bytes, kept.memory().scratch_bytes, differ,
-              a.size());
+                  km.packed_bytes > 0 && path_ok;
+  std::printf("%s %-16s %s: packed on the device (%zu packed bytes, scratch %zu) = bf16 upload: %zu of %zu points "
+              "differ\n",
+              ok ? "ok  " : "FAIL", name.c_str(), cuda::expert_kernel_name(experts), km.packed_bytes, km.scratch_bytes,
+              differ, a.size());
+  if (experts != cuda::ExpertKernel::Expand) return ok ? 0 : 1;
   // Routed experts expanded one at a time into one slot (the bounded scratch at its smallest):
   // the same states bit for bit, from a smaller scratch.
   cuda::CudaBackendOptions one = o;
@@ -869,12 +878,18 @@ int main() {
     failures += flash_vs_reference(64, false, 0);
     failures += flash_vs_reference(128, true, 40);
     failures += user_errors();
+    // The routed experts through the grouped GEMM (the default), every family at TP 1, 2 and 4 with
+    // both layouts where the fixture divides; the expansion path (the reference) at TP 1 and 2.
     for (const char* name : {"deepseek_v3", "deepseek_v3_fp8", "deepseek_v3_noqlora", "kimi_k2", "kimi_k25_int4",
                              "qwen3_moe"})
       failures += golden_moe(name, 1, MoeSplit::Experts);
-    for (const char* name : {"deepseek_v3", "deepseek_v3_fp8", "kimi_k25_int4", "qwen3_moe"})
-      for (const MoeSplit split : {MoeSplit::Experts, MoeSplit::Intermediate}) failures += golden_moe(name, 2, split);
-    failures += golden_moe("kimi_k2", 4, MoeSplit::Experts);
+    for (const char* name : {"deepseek_v3_fp8", "kimi_k2", "kimi_k25_int4", "qwen3_moe"})
+      for (const int tp : {2, 4})
+        for (const MoeSplit split : {MoeSplit::Experts, MoeSplit::Intermediate}) failures += golden_moe(name, tp, split);
+    for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"}) {
+      failures += golden_moe(name, 1, MoeSplit::Experts, cuda::ExpertKernel::Expand);
+      failures += golden_moe(name, 2, MoeSplit::Intermediate, cuda::ExpertKernel::Expand);
+    }
     // Chunked prefill: dense GQA with and without a sliding window, MLA with YaRN, MoE both splits.
     failures += chunked_matches_whole("llama", 1, MoeSplit::Experts, {1, 7});
     failures += chunked_matches_whole("mistral", 1, MoeSplit::Experts, {5});
@@ -884,8 +899,9 @@ int main() {
     failures += chunked_matches_whole("deepseek_v3_fp8", 2, MoeSplit::Experts, {7});
     failures += chunked_matches_whole("qwen3_moe", 2, MoeSplit::Intermediate, {5});
     failures += chunked_matches_whole("kimi_k25_int4", 2, MoeSplit::Intermediate, {8});
-    failures += packed_matches_bf16("deepseek_v3_fp8");
-    failures += packed_matches_bf16("kimi_k25_int4");
+    for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"})
+      for (const cuda::ExpertKernel k : {cuda::ExpertKernel::Grouped, cuda::ExpertKernel::Expand})
+        failures += packed_matches_bf16(name, k);
     failures += synthetic_moe();
     for (const char* name : {"llama", "qwen2", "deepseek_v3_fp8", "kimi_k25_int4", "qwen3_moe"})
       failures += device_memory_as_planned(name);

@@ -298,10 +298,18 @@ void synthetic_models() {
   cuda::CudaBackendOptions o;
   o.max_batch_tokens = 16384;
   o.max_capture_points = 4;
+  // The grouped GEMM reads Kimi-K2.5's INT4 experts as stored: no scratch at all (nothing else is
+  // packed); the dry run says so.
+  const cuda::MemoryPlan grouped = cuda::plan_memory(s, o);
+  check(grouped.experts_grouped && grouped.scratch_bytes == 0 && grouped.expert_group == 0 &&
+            cuda::describe_device_plan(grouped, s, std::size_t(139) << 30, o).find("read as stored by the grouped GEMM") !=
+                std::string::npos,
+        cat("kimi-k2.5 rank 0 of 8, grouped experts: scratch ", grouped.scratch_bytes, ", the dry run's plan says why"));
+  o.experts = cuda::ExpertKernel::Expand;
   const cuda::MemoryPlan p = cuda::plan_memory(s, o);
-  // INT4 per expert matrix (2048 x 7168 or 7168 x 2048): 7340032 bytes of words + 917504 of bf16
-  // scales; 3 per expert, 48 experts, 60 MoE layers. Scratch: slots for the experts of a group in
-  // bf16, 6 in the default 512 MiB (84 MiB each); nothing else of Kimi-K2.5 is packed.
+  // Expanded: INT4 per expert matrix (2048 x 7168 or 7168 x 2048): 7340032 bytes of words + 917504
+  // of bf16 scales; 3 per expert, 48 experts, 60 MoE layers. Scratch: slots for the experts of a
+  // group in bf16, 6 in the default 512 MiB (84 MiB each); nothing else of Kimi-K2.5 is packed.
   const std::size_t packed = std::size_t(60) * 48 * 3 * (7340032 + 917504);
   const std::size_t expert = std::size_t(3) * 2048 * 7168 * 2;
   const double gib = double(std::size_t(1) << 30);

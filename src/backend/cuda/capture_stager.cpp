@@ -63,6 +63,12 @@ void CaptureStager::capture(std::int64_t id, const __nv_bfloat16* state, bool ov
   order_.push_back(slot);
 }
 
+void CaptureStager::end_batch(cudaStream_t compute) {
+  LT_CUDA_CHECK(cudaEventRecord(compute_done_.get(), compute));
+  LT_CUDA_CHECK(cudaStreamWaitEvent(copy_.get(), compute_done_.get(), 0));
+  LT_CUDA_CHECK(cudaEventRecord(done_.get(), copy_.get()));
+}
+
 std::vector<std::vector<std::byte>> CaptureStager::collect(DType dtype, DeviceAllReduce& comm, double timeout_s,
                                                            int threads) {
   LT_CHECK(dtype == DType::BF16 || dtype == DType::F32, "cuda backend: cannot return states as ", dtype_name(dtype),
@@ -80,7 +86,9 @@ std::vector<std::vector<std::byte>> CaptureStager::collect(DType dtype, DeviceAl
     if (fresh) cost_host_work("capture: a new result buffer faulted in and zero-filled", 0, double(bytes), 1);
   }
   for (const std::size_t slot : order_) {
-    wait_for_event(slots_[slot].copied.get(), comm, timeout_s, cat("copy of capture point ", slots_[slot].id));
+    // The last copy is waited for with the batch's end (end_batch): one host wait fewer.
+    wait_for_event(slot == order_.back() ? done_.get() : slots_[slot].copied.get(), comm, timeout_s,
+                   cat("copy of capture point ", slots_[slot].id));
     const std::uint16_t* src = host_states_ + slot * stride;
     for (std::size_t p = 0; p < plan_ids_.size(); ++p) {
       if (plan_ids_[p] != slots_[slot].id) continue;

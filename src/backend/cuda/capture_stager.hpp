@@ -38,6 +38,10 @@ class CaptureStager {
   // is first snapshotted device-to-device (on `compute`, at memory bandwidth) and the slow copy
   // to the host reads the snapshot.
   void capture(std::int64_t id, const __nv_bfloat16* state, bool overwritten_later, cudaStream_t compute);
+  // Ends the batch's work: after everything queued so far on `compute` and every capture copy,
+  // done() completes. One host wait on it covers the forward (collect's last wait is that one).
+  void end_batch(cudaStream_t compute);
+  cudaEvent_t done() const { return done_.get(); }
   // The captured states in plan order as `dtype` (BF16 as is, F32 widened on the host). Takes
   // the results' buffers first (from `pool` when set, else new ones), while the GPU still runs,
   // then fills each as soon as its copy completes.
@@ -54,6 +58,7 @@ class CaptureStager {
   __nv_bfloat16* snapshots_;
   std::uint16_t* host_states_;
   Stream copy_;
+  Event compute_done_, done_;  // end_batch: the compute stream's end, then the copy stream's
   std::vector<Slot> slots_;               // (max_points)
   std::vector<std::int64_t> plan_ids_;    // this batch's point ids, in plan order
   std::vector<std::size_t> order_;        // slots in the order their copies were enqueued

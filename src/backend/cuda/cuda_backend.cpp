@@ -4,17 +4,20 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <numeric>
 
 #include "backend/cpu/ops.hpp"
 #include "backend/cuda/cost_scope.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gpu_wait.hpp"
+#include "backend/cuda/grouped_experts.hpp"
 #include "backend/cuda/load_plan.hpp"
 #include "core/error.hpp"
 #include "model/routing_record.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/cuda_check.hpp"
 #include "kernels/embedding.cuh"
+#include "kernels/grouped_gemm.cuh"
 #include "kernels/mla.cuh"
 #include "kernels/moe.cuh"
 #include "kernels/rmsnorm.cuh"
@@ -87,7 +90,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
       comm_(comm),
       options_(options),
       device_(current_device()),
-      shape_(with_expert_group(rank_shape(config, TpShard{comm.rank(), comm.size(), options.moe_split}, host, ckpt),
+      shape_(with_expert_path(rank_shape(config, TpShard{comm.rank(), comm.size(), options.moe_split}, host, ckpt),
                                options)),
       memory_(plan_memory(shape_, options)) {
   LT_CHECK(int64_t(config_.sliding_window.size()) == shape_.layers, "cuda backend: config has ",
@@ -113,6 +116,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
     weights_.emplace(DeviceWeights::random(shape_, seed, compute_.get()));
   max_kept_ = max_kept_positions(options_);
   ws_.emplace(shape_, WorkspaceSize{options_.max_batch_tokens, options_.max_capture_points, max_kept_});
+  if (shape_.experts_grouped) grouped_.emplace(*weights_, shape_, ws_->expert_parts);
   // The CPU backend's frequencies and YaRN factor, bit for bit (MLA: over the rope dims).
   const cpu::Rope rope(config_.rope, shape_.head_dim);
   rope_attention_factor_ = rope.attention_factor();
@@ -147,7 +151,10 @@ std::string CudaBackend::description() const {
       memory_.packed_bytes > 0 ? cat(" (", gib(memory_.packed_bytes), " packed) + dequantization scratch ",
                                      gib(memory_.scratch_bytes))
                                : std::string();
-  return cat("cuda on ", describe_device(device_), ": ", parts, ", bf16, cuBLASLt, ",
+  const std::string experts = !shape_.any_moe() ? ""
+                              : shape_.experts_grouped ? "routed experts by the grouped GEMM (read as stored), "
+                                                       : "routed experts expanded to bf16 (one cuBLASLt product each), ";
+  return cat("cuda on ", describe_device(device_), ": ", parts, ", bf16, cuBLASLt, ", experts,
              attention_kernel_name(attention_), " attention, tensor-parallel rank ", comm_.rank(), " of ",
              comm_.size(), ", weights ", gib(memory_.weight_bytes), packed, " + workspace ",
              gib(memory_.workspace_bytes), " (max_batch_tokens ", options_.max_batch_tokens, ", ",
@@ -299,12 +306,21 @@ void CudaBackend::mla_block(std::int64_t layer, std::int64_t T, const std::int32
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
 
+std::int64_t CudaBackend::routed_row_bound(std::int64_t T) const {
+  const CudaProbe* probe = options_.probe;
+  if (probe == nullptr || probe->assumed_expert_rows.empty()) return shape_.max_routed_rows(T);
+  std::int64_t rows = 0;
+  for (const std::int32_t r : probe->assumed_expert_rows) rows += r;
+  return std::min(rows, shape_.max_routed_rows(T));
+}
+
 void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64_t T) {
   const cudaStream_t s = compute_.get();
   const Workspace& w = *ws_;
   const DeviceMoe& m = l.experts;
   const std::int64_t H = shape_.hidden, E = shape_.experts, k = shape_.top_k, n = shape_.local_experts,
                      Ie = shape_.expert_inter, Is = shape_.shared_inter;
+  const std::int64_t moe_index = shape_.moe_layers_before(layer);
   const CudaProbe* probe = options_.probe;
   cost_scope(layer, "moe routing");
   if (probe != nullptr && !probe->forced_experts.empty()) {  // tests: the given choices (checked by apply_probe)
@@ -319,17 +335,20 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
     kernels::moe_route(shape_.route, w.logits, w.choice, m.score_bias, routing_skew_ ? w.logit_offset : nullptr,
                        w.route_experts, w.route_weights, T, s);
   }
-  if (w.host_routes != nullptr) {  // the record of the choices, on the host once the counts are
-    const auto m = std::int64_t(std::count(shape_.moe_layer.begin(), shape_.moe_layer.begin() + layer, true));
-    LT_CUDA_CHECK(cudaMemcpyAsync(w.host_routes + m * T * k, w.route_experts, std::size_t(T * k) * sizeof(std::int32_t),
-                                  cudaMemcpyDeviceToHost, s));
-  }
-  // This rank's (token, choice) pairs grouped by expert; x_perm (rows, H) their inputs.
+  if (w.host_routes != nullptr)  // the record of the choices, on the host after the forward
+    LT_CUDA_CHECK(cudaMemcpyAsync(w.host_routes + moe_index * T * k, w.route_experts,
+                                  std::size_t(T * k) * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s));
+  // This rank's (token, choice) pairs grouped by expert; x_perm (rows, H) their inputs. The rows
+  // are counted on the device; `bound` is what the host knows of them.
+  const std::int64_t bound = routed_row_bound(T);
   kernels::moe_permute(w.route_experts, T, k, shape_.first_expert, n, w.counts, w.offsets, w.slot, w.perm_token, s);
-  kernels::moe_gather(w.x_perm, w.h, w.perm_token, w.offsets + n, shape_.max_routed_rows(T), H, s);
-  LT_CUDA_CHECK(cudaMemcpyAsync(w.host_counts, w.counts, std::size_t(n) * sizeof(std::int32_t),
-                                cudaMemcpyDeviceToHost, s));
-  LT_CUDA_CHECK(cudaEventRecord(counts_ready_.get(), s));
+  kernels::moe_gather(w.x_perm, w.h, w.perm_token, w.offsets + n, bound, H, s);
+  std::int32_t* host_counts = w.host_counts + moe_index * n;  // (n), this layer's
+  // The expansion path needs the counts on the host (cuBLASLt shapes); the grouped one only for
+  // the probe's figures, read after the forward.
+  if (!shape_.experts_grouped || probe != nullptr)
+    LT_CUDA_CHECK(cudaMemcpyAsync(host_counts, w.counts, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s));
+  if (!shape_.experts_grouped) LT_CUDA_CHECK(cudaEventRecord(counts_ready_.get(), s));
   // The shared experts need no counts: queued first, they run while the host waits for them.
   cost_scope(layer, "moe shared experts");
   if (Is > 0) {
@@ -337,23 +356,37 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
     kernels::swiglu(w.act, w.gate_up, T, Is, s);                                  // (T, Is)
     gemm_->linear(w.shared_out, w.act, m.shared_down.w, nullptr, T, H, Is, s);    // (T, H)
   }
+  cost_scope(layer, "moe experts");
+  if (shape_.experts_grouped) {
+    // One launch per projection for all of the rank's experts, the weights read as stored.
+    const GroupedLayer& g = grouped_->layer(layer);
+    kernels::grouped_gemm(w.gu_perm, w.x_perm, w.offsets, n, bound, 2 * Ie, H, g.gate_up, s);  // (rows, 2 Ie)
+    kernels::swiglu(w.act_perm, w.gu_perm, bound, Ie, s, w.offsets + n);                        // (rows, Ie)
+    kernels::grouped_gemm(w.y_perm, w.act_perm, w.offsets, n, bound, H, Ie, g.down, s);         // (rows, H)
+  } else {
+    expanded_experts(l, layer, T, host_counts);
+  }
+  // delta (T, H) = sum over the pairs on this rank of weight * expert output, + the shared slice.
+  cost_scope(layer, "moe combine");
+  kernels::moe_combine(w.delta, w.y_perm, w.slot, w.route_weights, Is > 0 ? w.shared_out : nullptr, T, k, H, s);
+  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
+}
+
+void CudaBackend::expanded_experts(const DeviceLayer& l, std::int64_t layer, std::int64_t T,
+                                   const std::int32_t* host_counts) {
+  const cudaStream_t s = compute_.get();
+  const Workspace& w = *ws_;
+  const DeviceMoe& m = l.experts;
+  const std::int64_t H = shape_.hidden, n = shape_.local_experts, Ie = shape_.expert_inter;
+  const CudaProbe* probe = options_.probe;
   // The per-expert products need their row counts on the host (cuBLASLt shapes); a cost-only
   // forward assumes them (CudaProbe::cost_only).
-  cost_scope(layer, "moe experts");
   wait_for_event(counts_ready_.get(), comm_, options_.timeout_s, "MoE routing");
-  const std::int32_t* counts =
-      probe != nullptr && probe->cost_only ? probe->assumed_expert_rows.data() : w.host_counts;
-  std::int64_t rows = 0, busiest = 0;
-  for (std::int64_t e = 0; e < n; ++e) {
-    rows += counts[e];
-    busiest = std::max<std::int64_t>(busiest, counts[e]);
-  }
+  const std::int32_t* counts = probe != nullptr && probe->cost_only ? probe->assumed_expert_rows.data() : host_counts;
+  std::int64_t rows = 0;
+  for (std::int64_t e = 0; e < n; ++e) rows += counts[e];
   LT_CHECK(rows <= shape_.max_routed_rows(T), "cuda backend: ", rows, " routed rows exceed the buffers' ",
            shape_.max_routed_rows(T));
-  if (options_.probe != nullptr) {
-    options_.probe->moe_rows[std::size_t(layer)] = rows;
-    options_.probe->moe_busiest[std::size_t(layer)] = busiest;
-  }
   // A group of experts at a time (packed ones expanded into their slots of the scratch, the
   // previous group's overwritten: the stream orders it after that group's products).
   const std::int64_t group = weights_->sizes().expert_group > 0 ? weights_->sizes().expert_group : n;
@@ -366,19 +399,15 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
     weights_->dequantize_experts(layer, e0, e1, s);
     for (std::int64_t e = e0, r = r0; e < e1; r += counts[e], ++e)
       if (counts[e] > 0)
-        gemm_->linear(w.gu_perm + r * 2 * Ie, w.x_perm + r * H, m.gate_up[std::size_t(e)].w, nullptr,
-                      counts[e], 2 * Ie, H, s);  // (c, 2 Ie)
+        gemm_->linear(w.gu_perm + r * 2 * Ie, w.x_perm + r * H, m.gate_up[std::size_t(e)].w, nullptr, counts[e], 2 * Ie,
+                      H, s);  // (c, 2 Ie)
     kernels::swiglu(w.act_perm + r0 * Ie, w.gu_perm + r0 * 2 * Ie, r1 - r0, Ie, s);  // (rows of the group, Ie)
     for (std::int64_t e = e0, r = r0; e < e1; r += counts[e], ++e)
       if (counts[e] > 0)
-        gemm_->linear(w.y_perm + r * H, w.act_perm + r * Ie, m.down[std::size_t(e)].w, nullptr, counts[e], H,
-                      Ie, s);  // (c, H)
+        gemm_->linear(w.y_perm + r * H, w.act_perm + r * Ie, m.down[std::size_t(e)].w, nullptr, counts[e], H, Ie,
+                      s);  // (c, H)
     r0 = r1;
   }
-  // delta (T, H) = sum over the pairs on this rank of weight * expert output, + the shared slice.
-  cost_scope(layer, "moe combine");
-  kernels::moe_combine(w.delta, w.y_perm, w.slot, w.route_weights, Is > 0 ? w.shared_out : nullptr, T, k, H, s);
-  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
 
 void CudaBackend::mlp_block(const DeviceLayer& l, std::int64_t T) {
@@ -496,11 +525,19 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   kernels::embedding_lookup(w.x, ids, weights_->embed, T, H, shape_.vocab, w.bad_token, s);  // (T, H)
   run_layers(T, pos, tiles, num_tiles);
   LT_CUDA_CHECK(cudaMemcpyAsync(w.host_bad_token, w.bad_token, sizeof(std::int32_t), cudaMemcpyDeviceToHost, s));
-  LT_CUDA_CHECK(cudaEventRecord(done_.get(), s));
+  stager_->end_batch(s);
 
   std::vector<std::vector<std::byte>> states;
   if (capturing) states = stager_->collect(dtype, comm_, options_.timeout_s, options_.host_copy_threads);
-  wait_for_event(done_.get(), comm_, options_.timeout_s, "forward pass");
+  wait_for_event(stager_->done(), comm_, options_.timeout_s, "forward pass");  // already done when collect waited
+  if (options_.probe != nullptr && !options_.probe->cost_only) {  // each MoE layer's expert load
+    for (std::int64_t i = 0; i < L; ++i) {
+      if (!shape_.moe_layer[std::size_t(i)]) continue;
+      const std::int32_t* c = w.host_counts + shape_.moe_layers_before(i) * shape_.local_experts;
+      options_.probe->moe_rows[std::size_t(i)] = std::accumulate(c, c + shape_.local_experts, std::int64_t(0));
+      options_.probe->moe_busiest[std::size_t(i)] = *std::max_element(c, c + shape_.local_experts);
+    }
+  }
   if (!layer_events_.empty() && options_.probe != nullptr) {
     std::vector<float>& ms = options_.probe->layer_ms;
     ms.assign(std::size_t(L), 0.0f);
@@ -522,7 +559,7 @@ void CudaBackend::set_result_pool(BufferPool* pool) { stager_->set_pool(pool); }
 
 std::vector<std::int16_t> CudaBackend::routed_experts() const {
   if (!ws_ || ws_->host_routes == nullptr || last_tokens_ == 0) return {};
-  const auto M = std::int64_t(std::count(shape_.moe_layer.begin(), shape_.moe_layer.end(), true));
+  const std::int64_t M = shape_.moe_layers_before(shape_.layers);
   const std::int64_t T = last_tokens_, k = shape_.top_k;
   std::vector<std::vector<std::int32_t>> per_layer(static_cast<std::size_t>(M));  // [M][T * k], as moe_block copied them
   for (std::int64_t m = 0; m < M; ++m)

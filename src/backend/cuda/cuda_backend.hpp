@@ -18,6 +18,7 @@
 #include "backend/cuda/device_all_reduce.hpp"
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/gemm.hpp"
+#include "backend/cuda/grouped_experts.hpp"
 #include "backend/cuda/local_shape.hpp"
 #include "backend/cuda/memory_plan.hpp"
 #include "backend/cuda/weight_loader.hpp"
@@ -82,6 +83,12 @@ class CudaBackend final : public Backend {
   void mlp_block(const DeviceLayer& l, std::int64_t T);
   // delta (T, H) = all-reduce(this rank's routed experts, weighted, + its shared-expert slice)
   void moe_block(const DeviceLayer& l, std::int64_t layer, std::int64_t T);
+  // The reference path of a MoE layer's routed experts: a group of packed experts at a time expanded
+  // to bf16, one cuBLASLt product per expert and projection, after waiting for `host_counts`.
+  void expanded_experts(const DeviceLayer& l, std::int64_t layer, std::int64_t T, const std::int32_t* host_counts);
+  // What the host knows of a MoE layer's routed rows on this rank: the worst case, or the rows a
+  // probe says every layer takes (cost-only forwards, tests that force such a routing).
+  std::int64_t routed_row_bound(std::int64_t T) const;
   // options.probe's routing hooks, checked against the model and batch, before a forward.
   void apply_probe(std::int64_t T);
 
@@ -93,8 +100,8 @@ class CudaBackend final : public Backend {
   MemoryPlan memory_;
   AttentionKernel attention_ = AttentionKernel::Reference;
   Stream compute_;
-  Event done_;
   std::optional<DeviceWeights> weights_;
+  std::optional<GroupedExperts> grouped_;  // the experts' tables, when shape_.experts_grouped
   LoadStats load_stats_;
   std::optional<Workspace> ws_;
   std::unique_ptr<Gemm> gemm_;

@@ -212,13 +212,13 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
       const std::int64_t group = s.expert_group > 0 ? s.expert_group : std::int64_t(m.routed.size());
       sizes_.expert_group = std::max(sizes_.expert_group, std::min(group, std::int64_t(m.routed.size())));
       for (std::size_t x = 0; x < m.routed.size(); ++x) {
-        Arena slot = scratch_base != nullptr
+        Arena slot = scratch_base != nullptr && !s.experts_grouped
                          ? Arena(scratch_base + slots_at + std::size_t(std::int64_t(x) % group) * slot_bytes,
                                  counted.expert_scratch)
                          : Arena();
         put.expand_into(slot, std::int64_t(x));
         mlp(m.routed[x], e.gate_up[x], e.down[x]);
-        sizes_.expert_scratch = std::max(sizes_.expert_scratch, slot.used());
+        if (!s.experts_grouped) sizes_.expert_scratch = std::max(sizes_.expert_scratch, slot.used());
       }
       put.expand_into(scr, -1);
       if (m.shared) mlp(*m.shared, e.shared_gate_up, e.shared_down);

@@ -27,6 +27,10 @@ std::string unsupported_parts(const ModelConfig& c) {
   return "";
 }
 
+std::int64_t LocalShape::moe_layers_before(std::int64_t layer) const {
+  return std::int64_t(std::count(moe_layer.begin(), moe_layer.begin() + layer, true));
+}
+
 bool LocalShape::any_moe() const { return std::find(moe_layer.begin(), moe_layer.end(), true) != moe_layer.end(); }
 
 bool LocalShape::any_dense_ffn() const {

@@ -64,6 +64,9 @@ struct LocalShape {
   kernels::RouteParams route;
   bool score_bias = false;  // e_score_correction_bias
   bool router_lo = false;   // the router needs a bf16 low part (its float32 weights are not all bf16 values)
+  // Routed experts multiplied by the grouped GEMM as stored (grouped_experts.hpp): packed ones are
+  // never expanded, so they get no slots in the dequantization scratch.
+  bool experts_grouped = false;
   // Packed routed experts expanded into the dequantization scratch at once (0: all of a layer's).
   std::int64_t expert_group = 0;
 
@@ -80,6 +83,8 @@ struct LocalShape {
   std::int64_t qkv_dim() const { return (heads + 2 * kv_heads) * head_dim; }
   std::int64_t mla_qk() const { return nope + rope_dim; }
   bool any_moe() const;
+  // MoE layers before layer `layer` (a MoE layer's index among them; moe_layers_before(layers): all).
+  std::int64_t moe_layers_before(std::int64_t layer) const;
   bool any_dense_ffn() const;
   // Rows of the permuted-token buffers: every (token, choice) pair that can land on this rank.
   std::int64_t max_routed_rows(std::int64_t tokens) const;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "backend/cuda/device_weights.hpp"
+#include "backend/cuda/grouped_experts.hpp"
 #include "backend/cuda/workspace.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -25,7 +26,8 @@ std::string scratch_parts(const MemoryPlan& p) {
   if (p.expert_group > 0)
     r += cat(r.empty() ? "" : " + ", p.expert_group, " routed expert", p.expert_group > 1 ? "s" : "", " at a time, ",
              fixed(double(p.expert_scratch_bytes) / double(1 << 20), 1), " MiB each");
-  return r + (p.expert_group > 0 ? ", expanded to bf16" : " expanded to bf16");
+  r += p.expert_group > 0 ? ", expanded to bf16" : " expanded to bf16";
+  return r + (p.experts_grouped ? "; the routed experts are read as stored by the grouped GEMM, no slots for them" : "");
 }
 
 }  // namespace
@@ -36,7 +38,9 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
   MemoryPlan p;
   // Only TP rank 0 (the group's writer) captures: the other ranks hold no snapshots or pinned targets.
   const std::int64_t points = s.tp_rank == 0 ? o.max_capture_points : 0;
-  const DeviceWeights::Sizes w = DeviceWeights::sizes(with_expert_group(s, o));
+  const LocalShape decided = with_expert_path(s, o);
+  const DeviceWeights::Sizes w = DeviceWeights::sizes(decided);
+  p.experts_grouped = decided.experts_grouped;
   p.weight_bytes = w.resident;
   p.packed_bytes = w.packed;
   p.scratch_bytes = w.scratch;
@@ -56,8 +60,16 @@ MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
   return p;
 }
 
-LocalShape with_expert_group(LocalShape s, const CudaBackendOptions& o) {
+LocalShape with_expert_path(LocalShape s, const CudaBackendOptions& o) {
   s.expert_group = 0;
+  s.experts_grouped = false;
+  if (s.any_moe() && o.experts != ExpertKernel::Expand) {
+    const std::string problem = grouped_experts_problem(DeviceWeights::layout(s), s);
+    LT_CHECK(problem.empty() || o.experts == ExpertKernel::Auto,
+             "cuda backend: the grouped expert GEMM cannot read this model's experts: ", problem);
+    s.experts_grouped = problem.empty();
+    if (s.experts_grouped) return s;
+  }
   const std::size_t expert = DeviceWeights::sizes(s).expert_scratch;
   if (expert == 0) return s;
   s.expert_group = std::clamp<std::int64_t>(std::int64_t(o.expert_scratch_bytes / Arena::aligned(expert)), 1,
@@ -92,6 +104,7 @@ std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::
   r += cat("  weights    ", gib(p.weight_bytes), " resident (", gib(p.weight_bytes - p.packed_bytes), " bf16",
            p.packed_bytes > 0 ? cat(", ", gib(p.packed_bytes), " packed FP8/INT4 with scales") : std::string(), ")\n");
   if (p.scratch_bytes > 0) r += cat("  scratch    ", gib(p.scratch_bytes), " (", scratch_parts(p), ")\n");
+  else if (p.experts_grouped) r += "  scratch    none (the routed experts are read as stored by the grouped GEMM)\n";
   r += cat("  workspace  ", gib(p.workspace_bytes), " at ", o.max_batch_tokens, " tokens (", p.per_token_bytes / 1024,
            " KiB per token), of which capture buffers ", gib(p.capture_bytes),
            s.tp_rank == 0 ? cat(" (", o.max_capture_points, " points)") : std::string(" (not the writer: none)"),

@@ -21,6 +21,7 @@ struct MemoryPlan {
   std::int64_t scratch_layer = -1;  // the layer whose packed weights but its routed experts are the largest
   std::size_t expert_scratch_bytes = 0;  // one packed routed expert expanded (0: none packed)
   std::int64_t expert_group = 0;         // experts expanded at once
+  bool experts_grouped = false;          // routed experts read as stored by the grouped GEMM: no expert slots
   std::size_t workspace_bytes = 0;  // activations, capture snapshots, cuBLASLt workspace
   std::size_t capture_bytes = 0;    // of which capture snapshots (TP rank 0 only)
   std::size_t pinned_bytes = 0;     // page-locked host memory (capture targets, batch staging)
@@ -31,9 +32,11 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const LocalShape& shape, const CudaBackendOptions& options);
 
-// `shape` with expert_group set: as many packed routed experts as options.expert_scratch_bytes
-// holds (at least one, at most a layer's); 0 (all) when no routed expert is packed.
-LocalShape with_expert_group(LocalShape shape, const CudaBackendOptions& options);
+// `shape` with its routed experts' path decided (options.experts): experts_grouped where the
+// grouped GEMM reads them as stored (ExpertKernel::Auto, Grouped; Grouped throws naming why not),
+// else expert_group: as many packed routed experts as options.expert_scratch_bytes holds (at least
+// one, at most a layer's), 0 (all) when no routed expert is packed.
+LocalShape with_expert_path(LocalShape shape, const CudaBackendOptions& options);
 
 // Device bytes the plan needs (weights + scratch + workspace + headroom), and the largest
 // max_batch_tokens that fits in `free_bytes` (-1: not even the weights fit).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/gemm.hpp"
+#include "backend/cuda/grouped_experts.hpp"
 #include "kernels/attention.cuh"
 
 namespace layertap::cuda {
@@ -54,7 +55,9 @@ void layout(Arena& dev, Arena& host, const LocalShape& s, const WorkspaceSize& s
     b.y_perm = dev.take<bf16>({R, H});
     if (s.shared_inter > 0) b.shared_out = dev.take<bf16>({Tm, H});
     b.logit_offset = dev.take<float>(E);
-    b.host_counts = host.take<std::int32_t>(n);
+    if (s.experts_grouped)
+      b.expert_parts = dev.take<kernels::GroupedWeightPart>({s.moe_layers_before(s.layers), n, kGroupedPartsPerExpert});
+    b.host_counts = host.take<std::int32_t>({s.moe_layers_before(s.layers), n});
   }
   b.snapshots = dev.take<bf16>({P, Tm, H});
   b.meta = dev.take<std::int32_t>(meta);
@@ -65,8 +68,7 @@ void layout(Arena& dev, Arena& host, const LocalShape& s, const WorkspaceSize& s
   b.host_bad_token = host.take<std::int32_t>(1);
   b.host_states = host.take<std::uint16_t>({P, Tm, H});
   // The capturing rank's record of every MoE layer's choices (the output's /routed_experts).
-  const auto moe_layers = std::int64_t(std::count(s.moe_layer.begin(), s.moe_layer.end(), true));
-  if (P > 0 && s.any_moe()) b.host_routes = host.take<std::int32_t>({moe_layers, Tm, s.top_k});
+  if (P > 0 && s.any_moe()) b.host_routes = host.take<std::int32_t>({s.moe_layers_before(s.layers), Tm, s.top_k});
   if (w == nullptr) return;
   *static_cast<WorkspaceBuffers*>(w) = b;
 }

@@ -9,6 +9,7 @@
 #include "backend/cuda/arena.hpp"
 #include "backend/cuda/cuda_resources.hpp"
 #include "backend/cuda/local_shape.hpp"
+#include "kernels/grouped_gemm.cuh"
 
 namespace layertap::cuda {
 
@@ -53,6 +54,9 @@ struct WorkspaceBuffers {
   __nv_bfloat16* y_perm = nullptr;      // (R, H) expert outputs
   __nv_bfloat16* shared_out = nullptr;  // (Tm, H) shared experts' output
   float* logit_offset = nullptr;        // (E) synthetic routing skew, zero unless set
+  // (M, n, kGroupedPartsPerExpert) the grouped GEMM's tables of the experts' stored parts
+  // (grouped_experts.hpp), when the shape's experts are grouped
+  kernels::GroupedWeightPart* expert_parts = nullptr;
   // Capture, metadata, tables
   __nv_bfloat16* snapshots = nullptr;  // (P, Tm, H) copies of captured states the next layers overwrite
   std::int32_t* meta = nullptr;        // (meta_ints) this batch's ids | pos | tiles, packed from the front
@@ -62,7 +66,7 @@ struct WorkspaceBuffers {
   // Pinned host:
   std::int32_t* host_meta = nullptr;      // (meta_ints) staging for one host-to-device copy
   std::int32_t* host_bad_token = nullptr; // (1)
-  std::int32_t* host_counts = nullptr;    // (n) rows per local expert of the current MoE layer
+  std::int32_t* host_counts = nullptr;    // (M, n) rows per local expert of each of the M MoE layers
   std::uint16_t* host_states = nullptr;   // (P, Tm, H) bf16 bits, targets of the capture copies
   std::int32_t* host_routes = nullptr;    // (M, T, k) each MoE layer's choices (capturing rank of a MoE model)
 };
