@@ -16,10 +16,14 @@
 //                2c+9 of each 16-step, decoded in registers to bf16 pairs:
 //                INT4: one 16-byte read per row and 32 k (4 words; byte c of each word holds the
 //                lane's two nibbles), one scale per row and group;
-//                FP8: two 4-byte reads per row and 16 k, one scale_inv per row and step (64 k never
-//                cross a block: block_cols % 64 == 0);
+//                FP8: two 4-byte reads per row and 16 k; scale_inv per row and step when every
+//                step lies in one block (block_cols and col_phase multiples of 64), else per row and
+//                8 k (Fine: blocks of any multiple of 8 columns at a phase that is one, so 8 k never
+//                cross a block and each half of a 16-step, k 2c..2c+1 or 2c+8..2c+9, has one scale);
 //                bf16: ldmatrix.x4 (rows n, columns k: the "col" B operand as stored).
-//   scales       each lane's 4 rows, read from global memory one step ahead into registers.
+//   scales       each lane's 4 rows, read from global memory one step ahead into registers (FP8
+//                Fine: 8 per row and step, the scale columns of its 8-k groups, walked without a
+//                division per group).
 //   math         mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32; y rounded to bf16 once.
 //
 // Which expert and row tile a block has: block b = mt * ntiles + nt. Expert e owns the row tiles
@@ -212,7 +216,8 @@ __device__ __forceinline__ int w_chunk(int row, int ch) {
 
 // 1-D grid of Args::ntiles x (row-tile bound) blocks, kThreads threads, smem_bytes<F>() of dynamic
 // shared memory. V16: weight rows are a multiple of 16 bytes (16-byte copies), else 4-byte copies.
-template <GroupedFormat F, ScaleType ST, bool V16>
+// Fine (FP8 only): a scale per 8 k (block_cols or col_phase not a multiple of kBK), else per step.
+template <GroupedFormat F, ScaleType ST, bool V16, bool Fine>
 __global__ void __launch_bounds__(kThreads)
     grouped_gemm_kernel(__nv_bfloat16* __restrict__ y,                // (max_rows, N)
                         const __nv_bfloat16* __restrict__ x,          // (max_rows, K)
@@ -272,7 +277,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   // INT4: row n's group scales; FP8: the float32 row of scale_inv that row n falls in.
-  constexpr int kScales = F == GroupedFormat::Int4Group ? 2 : 1;  // per B row and K step
+  static_assert(!Fine || F == GroupedFormat::Fp8Block, "per-8-k scales are FP8's");
+  constexpr int kScales = F == GroupedFormat::Int4Group ? 2 : Fine ? kBK / 8 : 1;  // per B row and K step
   const unsigned char* srow[4] = {};
   if constexpr (F != GroupedFormat::Bf16) {
 #pragma unroll
@@ -293,20 +299,42 @@ __global__ void __launch_bounds__(kThreads)
   }
   // The scales of step kt (0 past N or K, so that zero-filled padding decodes to zeros).
   const auto load_scales = [&](float (&sc)[4][kScales], int kt) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    if constexpr (Fine) {
+      // 8-k group h of the step is group u + h of the scale row's columns counted from col_phase's
+      // (col_phase % 8 == 0), in scale column (u + h) / bq, bq = block_cols / 8 groups per block.
+      const int bq = int(a.block_cols / 8);
+      const int u = kt * (kBK / 8) + int(a.col_phase / 8);
+      int col = u / bq, in = u - col * bq;  // scale column of group h, and h's place in it
 #pragma unroll
       for (int h = 0; h < kScales; ++h) {
-        const std::int64_t k = std::int64_t(kt) * kBK + 32 * h;
-        float s = 0.0f;
-        if (srow[j] != nullptr && k < K) {
-          if constexpr (F == GroupedFormat::Int4Group) {
-            s = scale_value(srow[j], k / a.group, ST);
-          } else if constexpr (F == GroupedFormat::Fp8Block) {
-            s = reinterpret_cast<const float*>(srow[j])[(k + a.col_phase) / a.block_cols];
-          }
+        const bool in_k = std::int64_t(kt) * kBK + 8 * h < K;  // K % 8 == 0: a group is all in or out
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float s = 0.0f;
+          if (srow[j] != nullptr && in_k) s = reinterpret_cast<const float*>(srow[j])[col];
+          sc[j][h] = s;
         }
-        sc[j][h] = s;
+        if (++in == bq) {
+          in = 0;
+          ++col;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int h = 0; h < kScales; ++h) {
+          const std::int64_t k = std::int64_t(kt) * kBK + 32 * h;
+          float s = 0.0f;
+          if (srow[j] != nullptr && k < K) {
+            if constexpr (F == GroupedFormat::Int4Group) {
+              s = scale_value(srow[j], k / a.group, ST);
+            } else if constexpr (F == GroupedFormat::Fp8Block) {
+              s = reinterpret_cast<const float*>(srow[j])[(k + a.col_phase) / a.block_cols];
+            }
+          }
+          sc[j][h] = s;
+        }
       }
     }
   };
@@ -406,8 +434,10 @@ __global__ void __launch_bounds__(kThreads)
           const int r = warp * 32 + 8 * j + g;
           const unsigned char* p = wsl + r * kRowBytes + 16 * w_chunk<F>(r, ks) + 4 * (c >> 1);
           const int shift = 16 * (c & 1);
-          bf[j][0] = fp8_pair(*reinterpret_cast<const std::uint32_t*>(p) >> shift, sc[j][0]);
-          bf[j][1] = fp8_pair(*reinterpret_cast<const std::uint32_t*>(p + 8) >> shift, sc[j][0]);
+          // Fine: k 16 ks + 0..7 are the step's 8-k group 2 ks, + 8..15 group 2 ks + 1.
+          const float s0 = sc[j][Fine ? 2 * ks : 0], s1 = sc[j][Fine ? 2 * ks + 1 : 0];
+          bf[j][0] = fp8_pair(*reinterpret_cast<const std::uint32_t*>(p) >> shift, s0);
+          bf[j][1] = fp8_pair(*reinterpret_cast<const std::uint32_t*>(p + 8) >> shift, s1);
         }
       } else {
 #pragma unroll
@@ -476,10 +506,10 @@ double expert_bytes(const GroupedWeights& w, std::int64_t N, std::int64_t K) {
   return 0.0;
 }
 
-template <GroupedFormat F, ScaleType ST, bool V16>
+template <GroupedFormat F, ScaleType ST, bool V16, bool Fine = false>
 void launch_as(const Grid& grid, __nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* offsets,
                const GroupedWeightPart* parts, const Args& a) {
-  launch<grouped_gemm_kernel<F, ST, V16>>(grid, y, x, offsets, parts, a);
+  launch<grouped_gemm_kernel<F, ST, V16, Fine>>(grid, y, x, offsets, parts, a);
 }
 
 }  // namespace
@@ -507,11 +537,11 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
                "grouped_gemm: unknown INT4 scale type");
       break;
     case GroupedFormat::Fp8Block:
-      LT_CHECK(w.block_rows >= 1 && w.block_cols >= 64 && w.block_cols % 64 == 0 && w.row_phase >= 0 &&
-                   w.row_phase < w.block_rows && w.col_phase >= 0 && w.col_phase < w.block_cols &&
-                   w.col_phase % 64 == 0,
+      LT_CHECK(w.block_rows >= 1 && w.block_cols >= 8 && w.block_cols % 8 == 0 && w.block_cols <= kMaxInt32 &&
+                   w.row_phase >= 0 && w.row_phase < w.block_rows && w.col_phase >= 0 &&
+                   w.col_phase < w.block_cols && w.col_phase % 8 == 0,
                "grouped_gemm: FP8 blocks [", w.block_rows, ", ", w.block_cols, "] with phase (", w.row_phase, ", ",
-               w.col_phase, ") are not supported (block_cols and col_phase multiples of 64)");
+               w.col_phase, ") are not supported (block_cols and col_phase multiples of 8)");
       break;
     case GroupedFormat::Bf16: break;
     default: LT_FAIL("grouped_gemm: unknown weight format ", static_cast<int>(w.format));
@@ -559,8 +589,14 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
     }
     case GF::Fp8Block: {
       const Grid g = grid(smem_bytes<GF::Fp8Block>());
-      K % 16 == 0 ? launch_as<GF::Fp8Block, S::F32, true>(g, y, x, offsets, w.parts, a)  // rows of K bytes
-                  : launch_as<GF::Fp8Block, S::F32, false>(g, y, x, offsets, w.parts, a);
+      const bool v16 = K % 16 == 0;  // rows of K bytes
+      if (w.block_cols % kBK == 0 && w.col_phase % kBK == 0) {  // every K step in one block
+        v16 ? launch_as<GF::Fp8Block, S::F32, true>(g, y, x, offsets, w.parts, a)
+            : launch_as<GF::Fp8Block, S::F32, false>(g, y, x, offsets, w.parts, a);
+      } else {  // a scale per 8 k
+        v16 ? launch_as<GF::Fp8Block, S::F32, true, true>(g, y, x, offsets, w.parts, a)
+            : launch_as<GF::Fp8Block, S::F32, false, true>(g, y, x, offsets, w.parts, a);
+      }
       break;
     }
     case GF::Bf16:

@@ -23,7 +23,11 @@
 //                (ceil((row_phase + part_rows) / block_rows), ceil((col_phase + K) / block_cols)),
 //                the window's part of the scale grid (as dequant.cuh). Element =
 //                fp8_block_element(code, scale_inv[(r + row_phase) / block_rows][(k + col_phase) / block_cols]).
-//                block_cols % 64 == 0, col_phase % 64 == 0 (DeepSeek: 128 x 128, phases 0).
+//                block_rows >= 1, 0 <= row_phase < block_rows; block_cols % 8 == 0 and
+//                col_phase % 8 == 0, 0 <= col_phase < block_cols (DeepSeek-V3: 128 x 128, phases
+//                0; its test fixture: 16 x 8). Blocks and phases of whole 64-column K steps
+//                (block_cols % 64 == 0, col_phase % 64 == 0) read one scale per row and step,
+//                others one per row and 8 columns (a little slower, the same values).
 //     Bf16       data: bf16 (part_rows, K); scales unused (may be null).
 //            Every data pointer 16-byte aligned when its rows are a multiple of 16 bytes long
 //            (INT4: K % 32 == 0; FP8: K % 16 == 0; bf16: always), else 4-byte aligned; the kernel

@@ -1,6 +1,8 @@
 // kernels/grouped_gemm.cu against a host reference, a table of cases in the spirit of ggml's
 // test-backend-ops: INT4 groups (bf16, f16, f32 scales; groups of 32, 64, 128), FP8 blocks
-// (128 x 128, small blocks, phases) and bf16 weights; empty experts, one-row experts, one expert
+// (128 x 128, small blocks, phases; blocks and column phases of any multiple of 8 columns, which
+// take the kernel's scale-per-8-k path, among them the DeepSeek-V3 test fixture's 16 x 8 blocks at
+// its shapes) and bf16 weights; empty experts, one-row experts, one expert
 // taking every row, row counts on and off the 64-row tile, K on and off the INT4 group and FP8
 // block (and off 16-byte rows: the kernel's 4-byte copies), N on and off the 128-column tile (odd
 // N too), gate/up weights in 2 parts, offsets[0] > 0 and rows past offsets[n]. Exit 77 without a GPU.
@@ -321,17 +323,60 @@ std::vector<Case> cases() {
   t.back().rp = 5;
   t.back().cp = 64;
   t.push_back(make_case("fp8: one expert, one row", F::Fp8Block, S::F32, {1}, 128, 128, 1, 0, 0));
+  // FP8 blocks that do not span whole 64-k steps (a scale per 8 k). First the DeepSeek-V3 fixture
+  // (tests/fixtures/models/deepseek_v3_fp8: weight_block_size [16, 8], hidden 72,
+  // moe_intermediate_size 32, 8 routed experts): gate/up (64, 72) in 2 parts, down (72, 32), and a
+  // tensor-parallel half of gate/up's rows and of down's K.
+  const std::vector<std::int64_t> fixture_rows = {9, 0, 23, 1, 66, 3, 0, 40};
+  t.push_back(make_case("fp8 16x8 fixture gate/up: 2 parts of 32, K 72 (4-byte)", F::Fp8Block, S::F32, fixture_rows, 64, 72, 2, 0, 3));
+  t.back().br = 16;
+  t.back().bc = 8;
+  t.push_back(make_case("fp8 16x8 fixture down: N 72, K 32", F::Fp8Block, S::F32, fixture_rows, 72, 32, 1, 5, 0));
+  t.back().br = 16;
+  t.back().bc = 8;
+  t.push_back(make_case("fp8 16x8 fixture, TP 2: gate/up 2 parts of 16, K 72", F::Fp8Block, S::F32, {4, 17, 0, 70}, 32, 72, 2, 0, 0));
+  t.back().br = 16;
+  t.back().bc = 8;
+  t.push_back(make_case("fp8 16x8 fixture, TP 2: down N 72, K 16", F::Fp8Block, S::F32, {4, 17, 0, 70}, 72, 16, 1, 0, 1));
+  t.back().br = 16;
+  t.back().bc = 8;
+  t.push_back(make_case("fp8 blocks 128x32, phases (100, 8), K 256", F::Fp8Block, S::F32, {70, 5}, 96, 256, 1, 0, 2));
+  t.back().rp = 100;
+  t.back().cp = 8;
+  t.push_back(make_case("fp8 blocks 16x8, K 200 (4-byte copies), N 136", F::Fp8Block, S::F32, {65, 2, 0, 33}, 136, 200, 1, 1, 0));
+  t.back().br = 16;
+  t.back().bc = 8;
+  t.push_back(make_case("fp8 blocks 128x128 at col phase 8 (steps cross), K 320", F::Fp8Block, S::F32, {100}, 130, 320, 1, 0, 0));
+  t.back().cp = 8;
+  t.push_back(make_case("fp8 blocks 40x24, phases (7, 16), K 136 (4-byte), 2 parts", F::Fp8Block, S::F32, {30, 70}, 100, 136, 2, 0, 0));
+  t.back().br = 40;
+  t.back().bc = 24;
+  t.back().rp = 7;
+  t.back().cp = 16;
+  t.push_back(make_case("fp8 blocks 16x192, col phase 136, K 192", F::Fp8Block, S::F32, {33, 64}, 48, 192, 1, 0, 0));
+  t.back().br = 16;
+  t.back().bc = 192;
+  t.back().cp = 136;
   t.push_back(make_case("bf16: gate/up in 2 parts, K 256", F::Bf16, S::BF16, {50, 50, 0, 77}, 192, 256, 2, 0, 3));
   t.push_back(make_case("bf16: K 72, N 8, one-row experts", F::Bf16, S::BF16, {1, 1, 1}, 8, 72, 1, 10, 20));
   // The decoders bit for bit: unit x rows.
+  const std::size_t first_one_hot = t.size();
   t.push_back(make_case("one-hot int4 bf16 scales", F::Int4Group, S::BF16, {0, 128, 64}, 128, 128, 1, 0, 0));
   t.push_back(make_case("one-hot int4 f16 scales", F::Int4Group, S::F16, {64}, 64, 64, 1, 0, 0));
   t.push_back(make_case("one-hot int4 f32 scales", F::Int4Group, S::F32, {64}, 64, 64, 1, 0, 0));
   t.push_back(make_case("one-hot fp8 (all 254 codes), blocks 16x64", F::Fp8Block, S::F32, {192}, 128, 192, 1, 0, 0));
   t.back().br = 16;
   t.back().bc = 64;
+  t.push_back(make_case("one-hot fp8 (all 254 codes), blocks 16x8, K 72 (4-byte)", F::Fp8Block, S::F32, {80, 72}, 64, 72, 2, 0, 0));
+  t.back().br = 16;
+  t.back().bc = 8;
+  t.push_back(make_case("one-hot fp8 (all 254 codes), 8x16 at phases (3, 8)", F::Fp8Block, S::F32, {160}, 128, 160, 1, 0, 0));
+  t.back().br = 8;
+  t.back().bc = 16;
+  t.back().rp = 3;
+  t.back().cp = 8;
   t.push_back(make_case("one-hot bf16", F::Bf16, S::BF16, {64}, 64, 64, 1, 0, 0));
-  for (std::size_t i = t.size() - 5; i < t.size(); ++i) t[i].one_hot = true;
+  for (std::size_t i = first_one_hot; i < t.size(); ++i) t[i].one_hot = true;
   return t;
 }
 
@@ -369,16 +414,23 @@ int argument_checks() {
     w.group = 16;
     kernels::grouped_gemm(y, x, off, 2, 10, 64, 64, w, nullptr);
   });
-  fails += expect_error("FP8 column phase 32", "phase", [&] {
+  fails += expect_error("FP8 column phase 4", "phase", [&] {
     kernels::GroupedWeights w = base();
     w.format = GroupedFormat::Fp8Block;
-    w.col_phase = 32;
+    w.col_phase = 4;
     kernels::grouped_gemm(y, x, off, 2, 10, 64, 64, w, nullptr);
   });
-  fails += expect_error("FP8 blocks of 96 columns", "block_cols", [&] {
+  fails += expect_error("FP8 blocks of 12 columns", "block_cols", [&] {
     kernels::GroupedWeights w = base();
     w.format = GroupedFormat::Fp8Block;
-    w.block_cols = 96;
+    w.block_cols = 12;
+    kernels::grouped_gemm(y, x, off, 2, 10, 64, 64, w, nullptr);
+  });
+  fails += expect_error("FP8 column phase past the block", "phase", [&] {
+    kernels::GroupedWeights w = base();
+    w.format = GroupedFormat::Fp8Block;
+    w.block_cols = 8;
+    w.col_phase = 8;
     kernels::grouped_gemm(y, x, off, 2, 10, 64, 64, w, nullptr);
   });
   fails += expect_error("x not 16-byte aligned", "16-byte aligned", [&] {
