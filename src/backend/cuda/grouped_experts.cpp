@@ -78,9 +78,9 @@ Projection projection(const DeviceLayer& l, bool down) {
       if (w.part_rows * w.parts_per_expert != lin.out) return fail("have pieces that do not cover their rows");
       if (w.format == kernels::GroupedFormat::Int4Group && w.group % 32 != 0)
         return fail(cat("are INT4 in groups of ", w.group, " (the grouped GEMM takes multiples of 32)"));
-      if (w.format == kernels::GroupedFormat::Fp8Block && (w.block_cols % 64 != 0 || w.col_phase % 64 != 0))
+      if (w.format == kernels::GroupedFormat::Fp8Block && (w.block_cols % 8 != 0 || w.col_phase % 8 != 0))
         return fail(cat("are FP8 in blocks of ", w.block_cols, " columns at phase ", w.col_phase,
-                        " (the grouped GEMM takes multiples of 64)"));
+                        " (the grouped GEMM takes multiples of 8)"));
     }
     if (lin.in % 8 != 0) return fail(cat("have ", lin.in, " input features (the grouped GEMM takes multiples of 8)"));
     if (e == 0) {

@@ -32,15 +32,15 @@ std::string scratch_parts(const MemoryPlan& p) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const LocalShape& s, const CudaBackendOptions& o) {
+MemoryPlan plan_memory(const LocalShape& shape, const CudaBackendOptions& o) {
   LT_CHECK(o.max_batch_tokens > 0, "cuda backend: max_batch_tokens must be positive, not ", o.max_batch_tokens);
   LT_CHECK(o.max_capture_points >= 0, "cuda backend: max_capture_points must be >= 0, not ", o.max_capture_points);
   MemoryPlan p;
   // Only TP rank 0 (the group's writer) captures: the other ranks hold no snapshots or pinned targets.
-  const std::int64_t points = s.tp_rank == 0 ? o.max_capture_points : 0;
-  const LocalShape decided = with_expert_path(s, o);
-  const DeviceWeights::Sizes w = DeviceWeights::sizes(decided);
-  p.experts_grouped = decided.experts_grouped;
+  const std::int64_t points = shape.tp_rank == 0 ? o.max_capture_points : 0;
+  const LocalShape s = with_expert_path(shape, o);  // the experts' path sizes the scratch and the workspace
+  const DeviceWeights::Sizes w = DeviceWeights::sizes(s);
+  p.experts_grouped = s.experts_grouped;
   p.weight_bytes = w.resident;
   p.packed_bytes = w.packed;
   p.scratch_bytes = w.scratch;
