@@ -17,6 +17,7 @@ const char* call_kind_name(CallKind k) {
     case CallKind::AllReduce: return "all-reduce";
     case CallKind::Copy: return "copy";
     case CallKind::Memset: return "memset";
+    case CallKind::EventRecord: return "event record";
     case CallKind::StreamWait: return "stream wait";
     case CallKind::HostWait: return "host wait";
     case CallKind::HostWork: return "host work";
@@ -37,12 +38,13 @@ void record(Device& dev, Call&& call) {
   dev.calls.push_back(std::move(call));
 }
 
-void count_host_wait(Device& dev, const char* what, std::uint64_t stream) {
+void count_host_wait(Device& dev, const char* what, std::uint64_t stream, std::uint64_t event) {
   dev.count.host_syncs++;
   Call c;
   c.kind = CallKind::HostWait;
   c.name = what;
   c.waits_for = stream;
+  c.event = event;
   record(dev, std::move(c));
 }
 

@@ -23,7 +23,7 @@
 
 namespace layertap::sim {
 
-enum class CallKind { Kernel, Matmul, AllReduce, Copy, Memset, StreamWait, HostWait, HostWork };
+enum class CallKind { Kernel, Matmul, AllReduce, Copy, Memset, EventRecord, StreamWait, HostWait, HostWork };
 const char* call_kind_name(CallKind k);  // "kernel", "matmul", ...
 
 struct Call {
@@ -37,7 +37,8 @@ struct Call {
   int ranks = 0;                                // all-reduces: the communicator's size
   int host_threads = 0;                         // host work: the threads sharing it
   std::uint64_t stream = 0;     // the stream it is queued on (ids as the simulator numbers them)
-  std::uint64_t waits_for = 0;  // stream and host waits: the stream waited for (0: every stream)
+  std::uint64_t waits_for = 0;  // host waits without an event: the stream waited for (0: every stream)
+  std::uint64_t event = 0;      // event records and the stream and host waits on one: the event's record
   bool to_host = false, from_host = false;      // copies: a side in host memory
 };
 

@@ -50,6 +50,7 @@ struct Machine {
   std::mutex alloc_m;
   std::map<std::uintptr_t, AllocationRef> allocations;  // by base address
   std::atomic<std::uint64_t> next_stream_id{1};
+  std::atomic<std::uint64_t> next_record_id{1};
 
   Machine() {
     settings.physical_devices = int(env_int("LAYERTAP_SIM_DEVICES", 4, 0, 64));
@@ -315,6 +316,7 @@ struct EventState {
   std::condition_variable cv;
   std::uint64_t recorded = 0, completed = 0, polled = 0;
   std::uint64_t stream = 0;  // of the latest record
+  std::uint64_t record_id = 0;  // of the latest record, unique on the machine (the call record's event)
   Clock::time_point when{};
 };
 
@@ -901,6 +903,15 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
     std::lock_guard lock(st->m);
     gen = ++st->recorded;
     st->stream = s->id;
+    st->record_id = machine().next_record_id++;
+  }
+  {
+    Call c;
+    c.kind = CallKind::EventRecord;
+    c.name = "cudaEventRecord";
+    c.stream = s->id;
+    c.event = st->record_id;
+    record(dev, std::move(c));
   }
   s->enqueue(Op{"cudaEventRecord on stream " + std::to_string(s->id),
                 [st, gen] {
@@ -922,11 +933,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
   cudaStream_t s = resolve_stream(stream, dev, "cudaStreamWaitEvent");
   if (s == nullptr) return last_error;
   auto st = e->state;
-  std::uint64_t gen, from;
+  std::uint64_t gen, record_id;
   {
     std::lock_guard lock(st->m);
     gen = st->recorded;  // the most recent record at the call; none: no wait
-    from = st->stream;
+    record_id = st->record_id;
   }
   if (gen == 0) return cudaSuccess;
   {
@@ -934,7 +945,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
     c.kind = CallKind::StreamWait;
     c.name = "cudaStreamWaitEvent";
     c.stream = s->id;
-    c.waits_for = from;
+    c.event = record_id;
     record(dev, std::move(c));
   }
   s->enqueue(Op{"cudaStreamWaitEvent on stream " + std::to_string(s->id), [st, gen] { wait_event_state(*st, gen); }, {}});
@@ -951,7 +962,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   }
   wait_event_state(*st, gen);
   Device& dev = device(st->device);
-  count_host_wait(dev, "cudaEventSynchronize", st->stream);
+  count_host_wait(dev, "cudaEventSynchronize", st->stream, st->record_id);
   return sticky(dev);
 }
 
@@ -964,7 +975,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (st->completed < st->recorded) return cudaErrorNotReady;
   if (st->polled < st->recorded) {  // a host wait on this record, counted once
     st->polled = st->recorded;
-    count_host_wait(dev, "cudaEventQuery until done", st->stream);
+    count_host_wait(dev, "cudaEventQuery until done", st->stream, st->record_id);
   }
   return cudaSuccess;
 }

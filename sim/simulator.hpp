@@ -88,8 +88,9 @@ struct Device {
 // Appends `call` to `dev`'s record when it is recording, tagged with the calling thread's scope
 // (sim/cost.cpp).
 void record(Device& dev, Call&& call);
-// A host wait on `dev` for `stream`'s work (0: every stream): counted, and recorded as `what`.
-void count_host_wait(Device& dev, const char* what, std::uint64_t stream);
+// A host wait on `dev` for an event's record (`event`, its recording number), else for `stream`'s
+// work (0: every stream): counted, and recorded as `what`.
+void count_host_wait(Device& dev, const char* what, std::uint64_t stream, std::uint64_t event = 0);
 
 int device_count();
 Device& device(int index);

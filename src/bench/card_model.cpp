@@ -102,7 +102,8 @@ Projection project(const std::vector<sim::Call>& calls, const Card& card, const 
   const std::string idle = "GPU idle (the host was waiting or launching)";
   const std::string tail = "after the last kernel (copies and host work the forward waits for)";
   Projection p;
-  std::map<std::uint64_t, double> done;  // per stream: when its last queued call ends
+  std::map<std::uint64_t, double> done;   // per stream: when its last queued call ends
+  std::map<std::uint64_t, double> event;  // per event record: when the work before it on its stream ends
   double host = 0, sm = 0, copy_engine = 0;
   const auto all_done = [&] {
     double t = 0;
@@ -112,10 +113,13 @@ Projection project(const std::vector<sim::Call>& calls, const Card& card, const 
   for (const sim::Call& c : calls) {
     const std::string where = layer_kind(c.layer) + (c.part.empty() ? "" : ": " + c.part);
     switch (c.kind) {
-      case sim::CallKind::StreamWait: done[c.stream] = std::max(done[c.stream], done[c.waits_for]); break;
-      case sim::CallKind::HostWait:
-        host = std::max(host, c.waits_for == 0 ? all_done() : done[c.waits_for]) + h.host_wait_us * 1e-3;
+      case sim::CallKind::EventRecord: event[c.event] = done[c.stream]; break;
+      case sim::CallKind::StreamWait: done[c.stream] = std::max(done[c.stream], event[c.event]); break;
+      case sim::CallKind::HostWait: {
+        const double until = c.event != 0 ? event[c.event] : c.waits_for != 0 ? done[c.waits_for] : all_done();
+        host = std::max(host, until) + h.host_wait_us * 1e-3;
         break;
+      }
       case sim::CallKind::HostWork: host += host_work_ms(c, h); break;
       default: {
         host += h.launch_us * 1e-3;

@@ -45,7 +45,7 @@ struct HostModel {
 // and instructions, a floor, all-reduces at the bus bandwidth), placed on a timeline where the
 // host issues calls in order, each stream runs its calls in order, compute calls share the SMs
 // one at a time, copies with a host side run on the copy engine beside them, a host wait holds
-// the host until the awaited stream is done, and host work holds the host.
+// the host until the awaited event's work (or stream) is done, and host work holds the host.
 struct Projection {
   double forward_ms = 0;
   // Milliseconds by what the time went to; they sum to forward_ms. "where" keys: the layer kind

@@ -114,7 +114,7 @@ void print_call_list(std::ostream& out, const std::vector<sim::Call>& calls, con
       if (c.kind == sim::CallKind::Matmul) shape = cat(c.m, " x ", c.n, " x ", c.k);
       if (c.kind == sim::CallKind::AllReduce) shape = cat(c.ranks, " ranks");
       if (c.kind == sim::CallKind::HostWork) shape = cat(c.host_threads, " threads");
-      if (c.kind == sim::CallKind::StreamWait) continue;
+      if (c.kind == sim::CallKind::StreamWait || c.kind == sim::CallKind::EventRecord) continue;
       const auto same = [&](const Row& r) {
         return r.part == c.part && r.call == call && r.shape == shape && r.sample.work.read == c.work.read &&
                r.sample.work.written == c.work.written && r.sample.work.flops == c.work.flops;

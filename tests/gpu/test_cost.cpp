@@ -134,7 +134,7 @@ void projection_arithmetic() {
   calls[0].work.read = 1e6;
   calls[0].stream = 1;
   calls[0].part = "a";
-  calls[1].kind = sim::CallKind::HostWait;  // host: max(5, 25) + 10 = 35
+  calls[1].kind = sim::CallKind::HostWait;  // host: max(5, 25) + 10 = 35 (stream 1 done)
   calls[1].waits_for = 1;
   calls[2].kind = sim::CallKind::HostWork;  // 1e4 bytes first-touched at 1 GB/s = 10 us: host 45
   calls[2].work.written = 1e4;
