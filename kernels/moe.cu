@@ -1,4 +1,7 @@
 // MoE routing, permutation and un-permutation (see moe.cuh).
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -18,16 +21,23 @@ namespace {
 constexpr int kBlock = 256;
 constexpr int kWarps = kBlock / 32;
 constexpr std::int64_t kMaxGrid = 1 << 16;
+constexpr unsigned kFull = 0xffffffffu;
 
 unsigned grid_for(std::int64_t items, std::int64_t per_block) {
   const std::int64_t blocks = (items + per_block - 1) / per_block;
   return static_cast<unsigned>(blocks < kMaxGrid ? (blocks > 0 ? blocks : 1) : kMaxGrid);
 }
 
+// ---- routing
+
+// The most experts per lane of the warp router (E <= 32 * kMaxPerLane); beyond, one thread per token.
+constexpr int kMaxPerLane = 32;
+
+// One thread per token: route_token itself (E > 32 * kMaxPerLane only; no model comes near).
 __global__ void __launch_bounds__(kBlock)
-    route_kernel(RouteParams p, float* __restrict__ logits, float* __restrict__ choice,
-                 const float* __restrict__ bias, const float* __restrict__ logit_offset,
-                 std::int32_t* __restrict__ experts, float* __restrict__ weights, std::int64_t T) {
+    route_serial_kernel(RouteParams p, float* __restrict__ logits, float* __restrict__ choice,
+                        const float* __restrict__ bias, const float* __restrict__ logit_offset,
+                        std::int32_t* __restrict__ experts, float* __restrict__ weights, std::int64_t T) {
   const std::int64_t E = p.num_experts, k = p.top_k;
   for (std::int64_t t = std::int64_t(blockIdx.x) * kBlock + threadIdx.x; t < T; t += std::int64_t(gridDim.x) * kBlock) {
     float* l = logits + t * E;
@@ -37,58 +47,319 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// slot[i] = -1 and counts[e - first] += 1 for every pair i of a local expert e.
+// A candidate of the top-k: (value ranked, expert) in route order, and the expert's score.
+struct Candidate {
+  float v = 0.0f;
+  std::int32_t e = -1;  // -1: none
+  float s = 0.0f;
+};
+
+__device__ __forceinline__ bool candidate_before(const Candidate& a, const Candidate& b) {
+  return a.e >= 0 && (b.e < 0 || route_before(a.v, a.e, b.v, b.e));
+}
+
+// The first of the lane's experts e = lane + 32 i (values c, scores s) after (prev_v, prev) in
+// route order (prev < 0: the very first), as route_next over the lane's experts.
+template <int PER>
+__device__ __forceinline__ Candidate lane_next(const float (&c)[PER], const float (&s)[PER], int lane, std::int32_t E,
+                                               float prev_v, std::int32_t prev) {
+  Candidate best;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const std::int32_t e = lane + 32 * i;
+    if (e >= E || (prev >= 0 && !route_before(prev_v, prev, c[i], e))) continue;
+    if (best.e < 0 || route_before(c[i], e, best.v, best.e)) best = Candidate{c[i], e, s[i]};
+  }
+  return best;
+}
+
+// One warp per token, lanes strided over the experts (e = lane + 32 i, i < PER): coalesced loads
+// and stores of the token's row, each expert's score computed by one lane with route_token's
+// functions. The top-k is k warp arg-mins under route_before (a strict total order, so the
+// butterfly's result is the serial scan's, whatever the order it combines in); after each pick
+// only the lane that held it looks for its next candidate. Sums keep route_token's order: the
+// softmax denominator over e = 0..E-1 and the chosen scores over j = 0..k-1, each lane adding the
+// same values in the same order. Shared memory per warp: E floats (the choices for the groups'
+// scores, or the exponentials for the softmax sum) and 2 kMaxRouteGroups.
+template <int PER>
 __global__ void __launch_bounds__(kBlock)
-    count_kernel(const std::int32_t* __restrict__ experts, std::int64_t pairs, std::int64_t first,
-                 std::int64_t n_local, std::int32_t* __restrict__ counts, std::int32_t* __restrict__ slot) {
-  for (std::int64_t i = std::int64_t(blockIdx.x) * kBlock + threadIdx.x; i < pairs;
-       i += std::int64_t(gridDim.x) * kBlock) {
-    const std::int64_t e = std::int64_t(experts[i]) - first;
-    if (e >= 0 && e < n_local) atomicAdd(counts + e, 1);
-    slot[i] = -1;
+    route_warp_kernel(RouteParams p, float* __restrict__ logits, const float* __restrict__ bias,
+                      const float* __restrict__ logit_offset, std::int32_t* __restrict__ experts,
+                      float* __restrict__ weights, std::int64_t T) {
+  LT_DYNAMIC_SHARED(float, route_smem);
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const std::int32_t E = p.num_experts, k = p.top_k;
+  const bool sigmoid = p.kind == RouteParams::SigmoidGroupedTopk;
+  const bool grouped = sigmoid && p.n_group > 1;
+  // Used when grouped or softmax (else the launch has no shared memory).
+  float* stage = grouped || !sigmoid ? route_smem + std::int64_t(warp) * (E + 2 * kMaxRouteGroups) : nullptr;
+  float* group_score = grouped ? stage + E : nullptr;
+  float* group_kept = grouped ? group_score + kMaxRouteGroups : nullptr;
+  for (std::int64_t t = std::int64_t(blockIdx.x) * kWarps + warp; t < T; t += std::int64_t(gridDim.x) * kWarps) {
+    float* row = logits + t * E;
+    float s[PER], c[PER];
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const std::int32_t e = lane + 32 * i;
+      s[i] = 0.0f;
+      c[i] = 0.0f;
+      if (e < E) s[i] = logit_offset != nullptr ? row[e] + logit_offset[e] : row[e];
+    }
+    if (sigmoid) {
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const std::int32_t e = lane + 32 * i;
+        if (e >= E) continue;
+        s[i] = route_sigmoid(s[i]);
+        row[e] = s[i];
+        c[i] = route_biased(s[i], bias, e);
+      }
+      if (grouped) {  // route_token's group step, group g by lane g % 32 over the staged choices
+        const std::int32_t per = E / p.n_group;
+#pragma unroll
+        for (int i = 0; i < PER; ++i)
+          if (lane + 32 * i < E) stage[lane + 32 * i] = c[i];
+        __syncwarp();
+        for (std::int32_t g = lane; g < p.n_group; g += 32) group_score[g] = route_group_score(stage + g * per, per);
+        __syncwarp();
+        for (std::int32_t g = lane; g < p.n_group; g += 32)
+          group_kept[g] = route_group_kept(group_score, p.n_group, p.topk_group, g) ? 1.0f : 0.0f;
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+          const std::int32_t e = lane + 32 * i;
+          if (e < E && group_kept[e / per] == 0.0f) c[i] = -INFINITY;
+        }
+        __syncwarp();  // the stage is rewritten by the next token
+      }
+    } else {
+      // Softmax: the max skips NaN (x > mx is false for it); any order gives the same maximum
+      // (a zero's sign aside, which no exp(x - max) can tell).
+      float mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < PER; ++i)
+        if (lane + 32 * i < E) mx = s[i] > mx ? s[i] : mx;
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) {
+        const float o = __shfl_xor_sync(kFull, mx, off);
+        mx = o > mx ? o : mx;
+      }
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const std::int32_t e = lane + 32 * i;
+        if (e >= E) continue;
+        s[i] = route_exp(s[i] - mx);
+        stage[e] = s[i];
+      }
+      __syncwarp();
+      float sum = 0.0f;  // in expert order, as route_token (every lane the same)
+      for (std::int32_t e = 0; e < E; ++e) {
+        const float x = stage[e];
+        if (!route_isnan(x)) sum += x;
+      }
+      __syncwarp();  // the stage is rewritten by the next token
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const std::int32_t e = lane + 32 * i;
+        if (e >= E) continue;
+        s[i] /= sum;
+        row[e] = s[i];
+        c[i] = s[i];
+      }
+    }
+    // Top-k: pick j is the first in route order after pick j - 1 (route_token's route_next).
+    Candidate mine = lane_next<PER>(c, s, lane, E, 0.0f, -1);
+    float sum = 0.0f;
+    std::int32_t my_e = 0;
+    float my_w = 0.0f;  // lane j < k: pick j (the first 32 picks); later picks go through memory
+    std::int32_t* out_e = experts + t * k;
+    float* out_w = weights + t * k;
+    for (std::int32_t j = 0; j < k; ++j) {
+      Candidate best = mine;
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) {
+        Candidate o;
+        o.v = __shfl_xor_sync(kFull, best.v, off);
+        o.e = __shfl_xor_sync(kFull, best.e, off);
+        o.s = __shfl_xor_sync(kFull, best.s, off);
+        if (candidate_before(o, best)) best = o;
+      }
+      sum += best.s;
+      if (j == lane) {
+        my_e = best.e;
+        my_w = best.s;
+      } else if (j >= 32 && j % 32 == lane) {  // read back by this lane below
+        out_e[j] = best.e;
+        out_w[j] = best.s;
+      }
+      if (best.e % 32 == lane) mine = lane_next<PER>(c, s, lane, E, best.v, best.e);
+    }
+    for (std::int32_t j = lane; j < k; j += 32) {
+      if (j < 32) out_e[j] = my_e;
+      out_w[j] = route_weight(p, j < 32 ? my_w : out_w[j], sum);
+    }
   }
 }
 
-// One block per local expert: its offset from the counts, then its pairs in order (a block-wide
-// stable compaction, kBlock pairs per step).
+// ---- permutation
+//
+// The pairs i = t * top_k + j are cut into W tiles of L consecutive pairs, one warp each, walked
+// 32 pairs at a time in pair order. `table` (n_local x W, expert-major) holds one counter per
+// (local expert, tile): the tile's pairs of that expert (tile_count_kernel), then, after one
+// exclusive scan in (expert, tile) order (scan_kernel), the expert's first row for that tile,
+// which is offsets[e] plus the expert's pairs in earlier tiles. tile_place_kernel walks each tile
+// again and gives each pair that row plus its rank among the expert's pairs before it in the tile.
+// Within 32 pairs, the pairs of one expert are found by ballots on the bits of the expert index.
+// The table lives in perm_token (rewritten by scatter_kernel afterwards) or, with one tile, in
+// counts (rewritten by scatter_kernel too).
+
+// The lanes whose `key` equals this lane's (key < 2^bits): __match_any_sync from ballots.
+__device__ __forceinline__ unsigned match_key(std::uint32_t key, int bits) {
+  unsigned peers = kFull;
+  for (int b = 0; b < bits; ++b) {
+    const bool bit = (key >> b) & 1u;
+    const unsigned set = __ballot_sync(kFull, bit);
+    peers &= bit ? set : ~set;
+  }
+  return peers;
+}
+
+struct TileShape {
+  std::int64_t pairs;      // T * top_k
+  std::int64_t first;      // first local expert
+  std::int32_t n_local;
+  std::int32_t bits;       // bits of n_local (the key n_local marks a pair that is not local)
+  std::int32_t tiles;      // W
+  std::int64_t tile_len;   // L (a multiple of 32)
+  bool shared_counters;    // the warps' counters in shared memory (n_local per warp), else in the table
+};
+
+__device__ __forceinline__ std::uint32_t pair_key(const std::int32_t* __restrict__ experts, const TileShape& ts,
+                                                  std::int64_t i, std::int64_t end) {
+  if (i >= end) return std::uint32_t(ts.n_local);
+  const std::int64_t e = std::int64_t(experts[i]) - ts.first;
+  return e >= 0 && e < ts.n_local ? std::uint32_t(e) : std::uint32_t(ts.n_local);
+}
+
+// table[e * W + w] = the pairs of tile w routed to local expert e.
 __global__ void __launch_bounds__(kBlock)
-    place_kernel(const std::int32_t* __restrict__ experts, std::int64_t pairs, std::int64_t top_k,
-                 std::int64_t first, std::int64_t n_local, const std::int32_t* __restrict__ counts,
-                 std::int32_t* __restrict__ offsets, std::int32_t* __restrict__ slot,
-                 std::int32_t* __restrict__ perm_token) {
-  __shared__ std::int32_t warp_totals[kWarps];
-  __shared__ std::int32_t offset_shared;
-  const std::int64_t e = blockIdx.x;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (threadIdx.x == 0) {
-    std::int32_t o = 0;
-    for (std::int64_t x = 0; x < e; ++x) o += counts[x];
-    offset_shared = o;
-    offsets[e] = o;
-    if (e == n_local - 1) offsets[n_local] = o + counts[e];
+    tile_count_kernel(const std::int32_t* __restrict__ experts, TileShape ts, std::int32_t* __restrict__ table) {
+  LT_DYNAMIC_SHARED(std::int32_t, tile_smem);
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const std::int64_t w = std::int64_t(blockIdx.x) * kWarps + warp;
+  if (w >= ts.tiles) return;  // the whole warp
+  const std::int64_t n = ts.n_local, stride = ts.shared_counters ? 1 : ts.tiles;
+  std::int32_t* ctr = ts.shared_counters ? tile_smem + std::int64_t(warp) * n : table + w;
+  for (std::int64_t e = lane; e < n; e += 32) ctr[e * stride] = 0;
+  __syncwarp();
+  const std::int64_t begin = w * ts.tile_len, end = begin + ts.tile_len < ts.pairs ? begin + ts.tile_len : ts.pairs;
+  for (std::int64_t base = begin; base < end; base += 32) {
+    const std::uint32_t key = pair_key(experts, ts, base + lane, end);
+    const unsigned peers = match_key(key, ts.bits);
+    if (key < std::uint32_t(n) && (peers >> lane) == 1u) ctr[std::int64_t(key) * stride] += __popc(peers);  // the last peer
+    __syncwarp();
   }
+  if (ts.shared_counters)
+    for (std::int64_t e = lane; e < n; e += 32) table[e * ts.tiles + w] = ctr[e];
+}
+
+// Block-wide exclusive scan of one value per thread (integers: any order); returns this thread's
+// prefix plus `carry`, and sets `total` to the sum of all.
+__device__ __forceinline__ std::int32_t block_exclusive_scan(std::int32_t x, std::int32_t carry, std::int32_t& total,
+                                                             std::int32_t* warp_sums) {
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  std::int32_t inclusive = x, all = x;  // xor butterfly: `all` the sum of the lane's aligned group
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const std::int32_t other = __shfl_xor_sync(kFull, all, d);
+    if (lane & d) inclusive += other;
+    all += other;
+  }
+  if (lane == 0) warp_sums[warp] = all;
   __syncthreads();
-  std::int32_t base = offset_shared;
-  const std::int32_t mine = std::int32_t(first + e);
-  for (std::int64_t i0 = 0; i0 < pairs; i0 += kBlock) {
-    const std::int64_t i = i0 + threadIdx.x;
-    const bool hit = i < pairs && experts[i] == mine;
-    const unsigned ballot = __ballot_sync(0xffffffffu, hit);
-    const std::int32_t before_in_warp = __popc(ballot & ((1u << lane) - 1u));
-    if (lane == 0) warp_totals[warp] = __popc(ballot);
-    __syncthreads();
-    std::int32_t before = base + before_in_warp, total = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      before += w < warp ? warp_totals[w] : 0;
-      total += warp_totals[w];
-    }
-    if (hit) {
-      slot[i] = before;
-      perm_token[before] = std::int32_t(i / top_k);
-    }
-    base += total;
-    __syncthreads();  // warp_totals is rewritten next step
+  std::int32_t before = 0;
+  total = 0;
+  for (int v = 0; v < kWarps; ++v) {
+    before += v < warp ? warp_sums[v] : 0;
+    total += warp_sums[v];
   }
+  __syncthreads();  // warp_sums is rewritten by the next call
+  return carry + before + inclusive - x;
+}
+
+// One block: table[0, n * W) becomes its exclusive prefix sums in place, offsets[e] = table[e * W]
+// (the expert's first row) and offsets[n] = the rows in all.
+constexpr int kScanItems = 16;
+
+__global__ void __launch_bounds__(kBlock)
+    scan_kernel(std::int32_t* __restrict__ table, std::int64_t n_local, std::int64_t tiles,
+                std::int32_t* __restrict__ offsets) {
+  __shared__ std::int32_t warp_sums[kWarps];
+  const std::int64_t N = n_local * tiles;
+  std::int32_t carry = 0;
+  for (std::int64_t chunk = 0; chunk < N; chunk += std::int64_t(kBlock) * kScanItems) {
+    const std::int64_t at = chunk + std::int64_t(threadIdx.x) * kScanItems;
+    std::int32_t v[kScanItems], sum = 0;
+#pragma unroll
+    for (int q = 0; q < kScanItems; ++q) {
+      v[q] = at + q < N ? table[at + q] : 0;
+      sum += v[q];
+    }
+    std::int32_t total = 0;
+    std::int32_t prefix = block_exclusive_scan(sum, carry, total, warp_sums);
+#pragma unroll
+    for (int q = 0; q < kScanItems; ++q) {
+      if (at + q < N) table[at + q] = prefix;
+      prefix += v[q];
+    }
+    carry += total;
+  }
+  if (threadIdx.x == 0) offsets[n_local] = carry;
+  __syncthreads();  // the block's table writes are visible to all of it
+  for (std::int64_t e = threadIdx.x; e < n_local; e += kBlock) offsets[e] = table[e * tiles];
+}
+
+// slot[i] = the row of pair i (table[e * W + w] + its rank in expert e within tile w), -1 when its
+// expert is not local. table's column w serves as the tile's running counters.
+__global__ void __launch_bounds__(kBlock)
+    tile_place_kernel(const std::int32_t* __restrict__ experts, TileShape ts, std::int32_t* __restrict__ table,
+                      std::int32_t* __restrict__ slot) {
+  LT_DYNAMIC_SHARED(std::int32_t, tile_smem);
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const std::int64_t w = std::int64_t(blockIdx.x) * kWarps + warp;
+  if (w >= ts.tiles) return;  // the whole warp
+  const std::int64_t n = ts.n_local, stride = ts.shared_counters ? 1 : ts.tiles;
+  std::int32_t* ctr = ts.shared_counters ? tile_smem + std::int64_t(warp) * n : table + w;
+  if (ts.shared_counters)
+    for (std::int64_t e = lane; e < n; e += 32) ctr[e] = table[e * ts.tiles + w];
+  __syncwarp();
+  const unsigned before_me = (1u << lane) - 1u;
+  const std::int64_t begin = w * ts.tile_len, end = begin + ts.tile_len < ts.pairs ? begin + ts.tile_len : ts.pairs;
+  for (std::int64_t base = begin; base < end; base += 32) {
+    const std::int64_t i = base + lane;
+    const std::uint32_t key = pair_key(experts, ts, i, end);
+    const unsigned peers = match_key(key, ts.bits);
+    const bool local = key < std::uint32_t(n);
+    const std::int32_t row = local ? ctr[std::int64_t(key) * stride] + __popc(peers & before_me) : -1;
+    if (i < end) slot[i] = row;
+    __syncwarp();  // every peer has read its expert's counter
+    if (local && (peers >> lane) == 1u) ctr[std::int64_t(key) * stride] = row + 1;  // the last peer
+    __syncwarp();
+  }
+}
+
+// perm_token[slot[i]] = i / top_k, and counts[e] = offsets[e + 1] - offsets[e].
+__global__ void __launch_bounds__(kBlock)
+    scatter_kernel(const std::int32_t* __restrict__ slot, std::int64_t pairs, std::int32_t top_k,
+                   const std::int32_t* __restrict__ offsets, std::int64_t n_local, std::int32_t* __restrict__ counts,
+                   std::int32_t* __restrict__ perm_token) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * kBlock;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kBlock + threadIdx.x; i < pairs; i += stride) {
+    const std::int32_t r = slot[i];
+    if (r >= 0) perm_token[r] = std::int32_t(std::uint32_t(i) / std::uint32_t(top_k));  // pairs < 2^31
+  }
+  for (std::int64_t e = std::int64_t(blockIdx.x) * kBlock + threadIdx.x; e < n_local; e += stride)
+    counts[e] = offsets[e + 1] - offsets[e];
 }
 
 // Rows grid-strided; 16-byte copies when H % 8 == 0 (the buffers are 256-byte aligned).
@@ -143,6 +414,16 @@ __global__ void __launch_bounds__(kBlock)
 // ----------------------------------------------------------------------------------------------
 // launchers
 
+namespace {
+
+template <int PER>
+void launch_route_warp(const Grid& g, const RouteParams& p, float* logits, const float* bias, const float* logit_offset,
+                       std::int32_t* experts, float* weights, std::int64_t T) {
+  launch<route_warp_kernel<PER>>(g, p, logits, bias, logit_offset, experts, weights, T);
+}
+
+}  // namespace
+
 void moe_route(const RouteParams& p, float* logits, float* choice, const float* bias, const float* logit_offset,
                std::int32_t* experts, float* weights, std::int64_t T, cudaStream_t stream) {
   LT_CHECK(p.num_experts > 0 && p.top_k > 0 && p.top_k <= p.num_experts && T >= 0, "moe_route: bad shape E=",
@@ -155,7 +436,45 @@ void moe_route(const RouteParams& p, float* logits, float* choice, const float* 
   LT_CHECK(logits != nullptr && choice != nullptr && experts != nullptr && weights != nullptr,
            "moe_route: null pointer argument");
   if (T == 0) return;
-  launch<route_kernel>(Grid{grid_for(T, kBlock), kBlock, 0, stream}, p, logits, choice, bias, logit_offset, experts, weights, T);
+  const double E = p.num_experts, k = p.top_k, tokens = double(T);
+  const bool sigmoid = p.kind == RouteParams::SigmoidGroupedTopk, grouped = sigmoid && p.n_group > 1;
+  // Bytes: the logits read and the scores written back (T, E), the bias and offset rows (cached),
+  // the (T, k) experts and weights.
+  Work work;
+  work.read = tokens * E * 4 + (bias != nullptr ? E * 4 : 0) + (logit_offset != nullptr ? E * 4 : 0);
+  work.written = tokens * E * 4 + tokens * k * 8;
+  if (p.num_experts > 32 * kMaxPerLane) {
+    // One thread per token: about 40 instructions per expert for the scores and 16 per expert per
+    // pick for the serial scans (the choice row written and read back through the cache).
+    work.written += tokens * E * 4;
+    work.ops = tokens * (E * 40 + k * E * 16);
+    launch<route_serial_kernel>(Grid{grid_for(T, kBlock), kBlock, 0, stream, work}, p, logits, choice, bias,
+                                logit_offset, experts, weights, T);
+    LT_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int need = (p.num_experts + 31) / 32;
+  const int per = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : need <= 8 ? 8 : need <= 12 ? 12 : need <= 16 ? 16 : 32;
+  // Lane instructions per token (32 lanes): about 40 per expert for the score (exp, an IEEE
+  // division, the loads and stores); per pick 5 butterfly steps of 3 shuffles and a comparison
+  // (~80 a lane) and the picking lane's rescan of its `per` experts (~16 each, the warp waiting);
+  // the softmax sum serial over E in every lane (~4 each); the group scores' two scans of each
+  // group by one lane (~16 per expert) and the groups' ranking.
+  const double groups = grouped ? p.n_group : 0;
+  work.ops = tokens * (E * 40 + 32 * k * (80 + 16.0 * per) + (sigmoid ? 0 : 32 * E * 4) +
+                       (grouped ? 32 * (2 * (E / groups) * 16 + groups * 8) + E * 4 : 0));
+  const std::size_t smem =
+      grouped || !sigmoid ? std::size_t(kWarps) * std::size_t(p.num_experts + 2 * kMaxRouteGroups) * sizeof(float) : 0;
+  const Grid g{grid_for(T, kWarps), kBlock, smem, stream, work};
+  switch (per) {
+    case 1: launch_route_warp<1>(g, p, logits, bias, logit_offset, experts, weights, T); break;
+    case 2: launch_route_warp<2>(g, p, logits, bias, logit_offset, experts, weights, T); break;
+    case 4: launch_route_warp<4>(g, p, logits, bias, logit_offset, experts, weights, T); break;
+    case 8: launch_route_warp<8>(g, p, logits, bias, logit_offset, experts, weights, T); break;
+    case 12: launch_route_warp<12>(g, p, logits, bias, logit_offset, experts, weights, T); break;
+    case 16: launch_route_warp<16>(g, p, logits, bias, logit_offset, experts, weights, T); break;
+    default: launch_route_warp<32>(g, p, logits, bias, logit_offset, experts, weights, T); break;
+  }
   LT_CUDA_CHECK_LAUNCH();
 }
 
@@ -166,14 +485,64 @@ void moe_permute(const std::int32_t* experts, std::int64_t T, std::int64_t top_k
            "moe_permute: bad shape T=", T, " top_k=", top_k, " first=", first, " n_local=", n_local);
   LT_CHECK(experts != nullptr && counts != nullptr && offsets != nullptr && slot != nullptr && perm_token != nullptr,
            "moe_permute: null pointer argument");
-  LT_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(std::int32_t) * std::size_t(n_local), stream));
-  const std::int64_t pairs = T * top_k;
-  if (pairs > 0) {
-    launch<count_kernel>(Grid{grid_for(pairs, kBlock), kBlock, 0, stream}, experts, pairs, first, n_local, counts, slot);
-    LT_CUDA_CHECK_LAUNCH();
+  if (T == 0) {
+    LT_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(std::int32_t) * std::size_t(n_local), stream));
+    LT_CUDA_CHECK(cudaMemsetAsync(offsets, 0, sizeof(std::int32_t) * std::size_t(n_local + 1), stream));
+    return;
   }
-  launch<place_kernel>(Grid{static_cast<unsigned>(n_local), kBlock, 0, stream}, experts, pairs, top_k, first, n_local, counts,
-                                                                      offsets, slot, perm_token);
+  const std::int64_t pairs = T * top_k, capacity = T * std::min(top_k, n_local);  // perm_token's length
+  // Tile length: a warp's serial steps (tile_len / 32) against the one-block scan of the
+  // n_local * pairs / tile_len counters, about sqrt(n_local * pairs / 8) (Kimi-K2.5's 48 local
+  // experts at 8192 tokens: 640 pairs, 103 tiles, a 4944-entry scan), at least 256; as many tiles
+  // as perm_token holds counters for, else one tile counting in `counts`.
+  const auto balanced = std::int64_t(std::sqrt(double(n_local) * double(pairs) / 8.0));
+  std::int64_t tile_len = std::max<std::int64_t>(256, (balanced + 31) / 32 * 32);
+  std::int64_t tiles = (pairs + tile_len - 1) / tile_len;
+  if (tiles > 1 && n_local * tiles > capacity) tiles = capacity / n_local;
+  std::int32_t* table = perm_token;
+  if (tiles <= 1) {
+    tiles = 1;
+    table = counts;
+  }
+  tile_len = ((pairs + tiles - 1) / tiles + 31) / 32 * 32;
+  tiles = (pairs + tile_len - 1) / tile_len;
+  TileShape ts{};
+  ts.pairs = pairs;
+  ts.first = first;
+  ts.n_local = std::int32_t(n_local);
+  ts.bits = std::int32_t(std::bit_width(std::uint32_t(n_local)));
+  ts.tiles = std::int32_t(tiles);
+  ts.tile_len = tile_len;
+  ts.shared_counters = n_local <= 1024;
+  const std::size_t smem = ts.shared_counters ? std::size_t(kWarps) * std::size_t(n_local) * sizeof(std::int32_t) : 0;
+  const unsigned tile_blocks = static_cast<unsigned>((tiles + kWarps - 1) / kWarps);
+  const double P = double(pairs), N = double(n_local * tiles), n = double(n_local);
+  // Per 32 pairs a warp: the experts' 128 bytes, `bits` ballots and ~20 other instructions a lane.
+  const double per_pair = ts.bits * 4 + 20;
+  Work count_work;  // the experts read; the counters zeroed and written (the table once, or twice in place)
+  count_work.read = P * 4 + (ts.shared_counters ? 0 : N * 4 + P * 4);
+  count_work.written = N * 4 * (ts.shared_counters ? 1 : 2);
+  count_work.ops = P * per_pair + N * 4;
+  launch<tile_count_kernel>(Grid{tile_blocks, kBlock, smem, stream, count_work}, experts, ts, table);
+  LT_CUDA_CHECK_LAUNCH();
+  Work scan_work;  // the table read twice (scan, then each expert's first entry) and written once; offsets
+  scan_work.read = N * 4 + n * 4;
+  scan_work.written = N * 4 + (n + 1) * 4;
+  scan_work.ops = N * 4 + std::ceil(N / (kBlock * kScanItems)) * kBlock * 40 + n * 4;
+  launch<scan_kernel>(Grid{1, kBlock, 0, stream, scan_work}, table, n_local, tiles, offsets);
+  LT_CUDA_CHECK_LAUNCH();
+  Work place_work;  // the experts and the tile's counters read; the slots (and counters in place) written
+  place_work.read = P * 4 + N * 4 + (ts.shared_counters ? 0 : P * 4);
+  place_work.written = P * 4 + (ts.shared_counters ? 0 : P * 4);
+  place_work.ops = P * (per_pair + 8) + N * 4;
+  launch<tile_place_kernel>(Grid{tile_blocks, kBlock, smem, stream, place_work}, experts, ts, table, slot);
+  LT_CUDA_CHECK_LAUNCH();
+  Work scatter_work;  // the slots and offsets read; at most `capacity` rows and the counts written
+  scatter_work.read = P * 4 + (n + 1) * 4;
+  scatter_work.written = double(capacity) * 4 + n * 4;
+  scatter_work.ops = P * 10 + n * 6;
+  launch<scatter_kernel>(Grid{grid_for(std::max(pairs, n_local), kBlock), kBlock, 0, stream, scatter_work}, slot, pairs,
+                         std::int32_t(top_k), offsets, n_local, counts, perm_token);
   LT_CUDA_CHECK_LAUNCH();
 }
 
@@ -186,10 +555,16 @@ void moe_gather(__nv_bfloat16* x_perm, const __nv_bfloat16* h, const std::int32_
   const unsigned grid = static_cast<unsigned>(max_rows < kMaxGrid ? max_rows : kMaxGrid);
   const bool aligned = H % 8 == 0 && reinterpret_cast<std::uintptr_t>(x_perm) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(h) % 16 == 0;
+  // Upper bounds (the rows are known on the device only): max_rows rows of H bf16 copied, their
+  // tokens read; ~6 instructions per 16-byte copy (per element unaligned).
+  Work work;
+  work.read = double(max_rows) * (double(H) * 2 + 4) + 4;
+  work.written = double(max_rows) * double(H) * 2;
+  work.ops = double(max_rows) * double(H) * (aligned ? 6.0 / 8 : 6.0) + double(grid) * kBlock * 10;
   if (aligned) {
-    launch<gather_kernel<8>>(Grid{grid, kBlock, 0, stream}, x_perm, h, perm_token, total_rows, H);
+    launch<gather_kernel<8>>(Grid{grid, kBlock, 0, stream, work}, x_perm, h, perm_token, total_rows, H);
   } else {
-    launch<gather_kernel<1>>(Grid{grid, kBlock, 0, stream}, x_perm, h, perm_token, total_rows, H);
+    launch<gather_kernel<1>>(Grid{grid, kBlock, 0, stream, work}, x_perm, h, perm_token, total_rows, H);
   }
   LT_CUDA_CHECK_LAUNCH();
 }
@@ -202,7 +577,14 @@ void moe_combine(__nv_bfloat16* out, const __nv_bfloat16* y, const std::int32_t*
   LT_CHECK(out != nullptr && slot != nullptr && weights != nullptr && y != nullptr, "moe_combine: null pointer argument");
   if (T == 0) return;
   const unsigned grid = static_cast<unsigned>(T < kMaxGrid ? T : kMaxGrid);
-  launch<combine_kernel>(Grid{grid, kBlock, 0, stream}, out, y, slot, weights, shared, T, top_k, H);
+  // Upper bound (the rows are known on the device only): a row of y (H bf16) for every choice, as
+  // if all were local; the slots and weights, shared and out once. Per element ~6 instructions per
+  // choice (slot test, load, convert, multiply-add) and ~8 for shared, the rounding and the store.
+  Work work;
+  work.read = double(T) * double(top_k) * (8 + double(H) * 2) + (shared != nullptr ? double(T) * double(H) * 2 : 0);
+  work.written = double(T) * double(H) * 2;
+  work.ops = double(T) * double(H) * (6 * double(top_k) + 8);
+  launch<combine_kernel>(Grid{grid, kBlock, 0, stream, work}, out, y, slot, weights, shared, T, top_k, H);
   LT_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,8 +12,9 @@
 
 namespace layertap::kernels {
 
-// Per token t < T (one thread each): logits (T, E) float32 are overwritten with the scores,
-// choice (T, E) is scratch, and experts/weights (T, top_k) receive route_token's choice.
+// Per token t < T (one warp each, lanes strided over the experts; E > 1024: one thread each):
+// logits (T, E) float32 are overwritten with the scores, choice (T, E) is scratch (used only past
+// 1024 experts), and experts/weights (T, top_k) receive route_token's choice, bit for bit.
 // `logit_offset` (E) or null is added to every logit first (synthetic load skew; never set for a
 // real checkpoint); `bias` (E) or null is e_score_correction_bias.
 void moe_route(const RouteParams& p, float* logits, float* choice, const float* bias, const float* logit_offset,
@@ -23,8 +24,11 @@ void moe_route(const RouteParams& p, float* logits, float* choice, const float* 
 //   counts  (n_local)      int32: (token, choice) pairs routed to local expert e
 //   offsets (n_local + 1)  int32: exclusive prefix sums of counts (offsets[n_local] = rows in all)
 //   slot    (T * top_k)    int32: the row of pair i = t * top_k + j, or -1 when its expert is not local
-//   perm_token (T * min(top_k, n_local))  int32: the token of each row
-// Two launches (count, then one block per local expert places its pairs); deterministic.
+//   perm_token (T * min(top_k, n_local))  int32: the token of each row (entries past
+//              offsets[n_local] are scratch)
+// Four launches, none scanning all pairs serially: tiles of consecutive pairs, one warp each,
+// count their experts; one block scans the (expert, tile) counts; the warps place their pairs;
+// rows are scattered to perm_token. Deterministic.
 void moe_permute(const std::int32_t* experts, std::int64_t T, std::int64_t top_k, std::int64_t first,
                  std::int64_t n_local, std::int32_t* counts, std::int32_t* offsets, std::int32_t* slot,
                  std::int32_t* perm_token, cudaStream_t stream);

@@ -1,6 +1,9 @@
 // The top-k choice of one token's experts, as src/backend/cpu/moe.cpp computes it, in plain C++
-// that runs on the host and on the device (one thread per token in moe.cu's router kernel). A host
-// test compares it with cpu::route over random logits, ties included.
+// that runs on the host and on the device. A host test compares route_token with cpu::route over
+// random logits, ties included. moe.cu's router kernel (one warp per token) is built from the same
+// pieces (route_sigmoid, route_biased, route_group_score, route_group_kept, route_before,
+// route_weight): each value it computes is one of these functions of the same inputs, and every
+// sum is taken in route_token's order, so it agrees with route_token bit for bit.
 //
 //   DeepSeek noaux_tc (SigmoidGroupedTopk): s = sigmoid(logit); choice = s + bias; the n_group
 //   contiguous groups are ranked by the sum of their top-2 choices, the best topk_group kept and
@@ -66,6 +69,38 @@ LT_HD inline float route_exp(float x) {
 #endif
 }
 
+// A logit's score (SigmoidGroupedTopk) and the value its choice ranks (bias: null = 0).
+LT_HD inline float route_sigmoid(float logit) { return 1.0f / (1.0f + route_exp(-logit)); }
+LT_HD inline float route_biased(float score, const float* bias, std::int32_t e) {
+  return score + (bias != nullptr ? bias[e] : 0.0f);
+}
+
+// A group's score: the sum of its top-2 choices c[0..per) (its only one when per == 1).
+LT_HD inline float route_group_score(const float* c, std::int32_t per) {
+  const std::int32_t b0 = route_next(c, per, 0.0f, -1);
+  const std::int32_t b1 = per > 1 ? route_next(c, per, c[b0], b0) : -1;
+  return c[b0] + (b1 >= 0 ? c[b1] : 0.0f);
+}
+
+// Whether group g is among the topk_group best of group_score[0..n_group) (route order).
+LT_HD inline bool route_group_kept(const float* group_score, std::int32_t n_group, std::int32_t topk_group,
+                                   std::int32_t g) {
+  std::int32_t rank = 0;  // groups that come before g
+  for (std::int32_t o = 0; o < n_group; ++o) rank += route_before(group_score[o], o, group_score[g], g);
+  return rank < topk_group;
+}
+
+// A chosen expert's weight from its score and `sum`, the float32 sum of the top_k chosen scores
+// taken in choice order (j = 0, 1, ...).
+LT_HD inline float route_weight(const RouteParams& p, float score, float sum) {
+  if (p.kind == RouteParams::SigmoidGroupedTopk) {
+    const float denominator = sum + 1e-20f;
+    if (p.norm_topk_prob) score /= denominator;
+    return score * p.routed_scaling_factor;
+  }
+  return p.norm_topk_prob ? score / sum : score;
+}
+
 // One token. `logits` (E) float32 is overwritten with the scores (sigmoid or softmax
 // probabilities); `choice` (E) is scratch; `bias` (E) is e_score_correction_bias (SigmoidGroupedTopk
 // only; may be null = 0). Writes experts[0..top_k) and weights[0..top_k).
@@ -74,61 +109,40 @@ LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice
   const std::int32_t E = p.num_experts, k = p.top_k;
   if (p.kind == RouteParams::SigmoidGroupedTopk) {
     for (std::int32_t e = 0; e < E; ++e) {
-      const float s = 1.0f / (1.0f + route_exp(-logits[e]));
+      const float s = route_sigmoid(logits[e]);
       logits[e] = s;
-      choice[e] = s + (bias != nullptr ? bias[e] : 0.0f);
+      choice[e] = route_biased(s, bias, e);
     }
     if (p.n_group > 1) {
       const std::int32_t per = E / p.n_group;
       float group_score[kMaxRouteGroups];
-      for (std::int32_t g = 0; g < p.n_group; ++g) {
-        const float* c = choice + g * per;
-        const std::int32_t b0 = route_next(c, per, 0.0f, -1);
-        const std::int32_t b1 = per > 1 ? route_next(c, per, c[b0], b0) : -1;
-        group_score[g] = c[b0] + (b1 >= 0 ? c[b1] : 0.0f);
-      }
-      for (std::int32_t g = 0; g < p.n_group; ++g) {
-        std::int32_t rank = 0;  // groups that come before g
-        for (std::int32_t o = 0; o < p.n_group; ++o) rank += route_before(group_score[o], o, group_score[g], g);
-        if (rank >= p.topk_group)
+      for (std::int32_t g = 0; g < p.n_group; ++g) group_score[g] = route_group_score(choice + g * per, per);
+      for (std::int32_t g = 0; g < p.n_group; ++g)
+        if (!route_group_kept(group_score, p.n_group, p.topk_group, g))
           for (std::int32_t e = g * per; e < (g + 1) * per; ++e) choice[e] = -INFINITY;
-      }
     }
+  } else {
+    // SoftmaxTopk. The max and the sum skip NaN, so one NaN logit leaves the other probabilities
+    // as they are (its own is NaN, ranked last) instead of turning every one into NaN.
+    float mx = -INFINITY;
+    for (std::int32_t e = 0; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
     float sum = 0.0f;
-    std::int32_t prev = -1;
-    for (std::int32_t j = 0; j < k; ++j) {
-      prev = route_next(choice, E, prev >= 0 ? choice[prev] : 0.0f, prev);
-      experts[j] = prev;
-      weights[j] = logits[prev];
-      sum += weights[j];
+    for (std::int32_t e = 0; e < E; ++e) {
+      logits[e] = route_exp(logits[e] - mx);
+      if (!route_isnan(logits[e])) sum += logits[e];
     }
-    const float denominator = sum + 1e-20f;
-    for (std::int32_t j = 0; j < k; ++j) {
-      if (p.norm_topk_prob) weights[j] /= denominator;
-      weights[j] *= p.routed_scaling_factor;
-    }
-    return;
+    for (std::int32_t e = 0; e < E; ++e) logits[e] /= sum;
+    choice = logits;  // the probabilities are ranked as they are
   }
-  // SoftmaxTopk. The max and the sum skip NaN, so one NaN logit leaves the other probabilities as
-  // they are (its own is NaN, ranked last) instead of turning every one into NaN.
-  float mx = -INFINITY;
-  for (std::int32_t e = 0; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
   float sum = 0.0f;
-  for (std::int32_t e = 0; e < E; ++e) {
-    logits[e] = route_exp(logits[e] - mx);
-    if (!route_isnan(logits[e])) sum += logits[e];
-  }
-  for (std::int32_t e = 0; e < E; ++e) logits[e] /= sum;
-  float top_sum = 0.0f;
   std::int32_t prev = -1;
   for (std::int32_t j = 0; j < k; ++j) {
-    prev = route_next(logits, E, prev >= 0 ? logits[prev] : 0.0f, prev);
+    prev = route_next(choice, E, prev >= 0 ? choice[prev] : 0.0f, prev);
     experts[j] = prev;
     weights[j] = logits[prev];
-    top_sum += weights[j];
+    sum += weights[j];
   }
-  if (p.norm_topk_prob)
-    for (std::int32_t j = 0; j < k; ++j) weights[j] /= top_sum;
+  for (std::int32_t j = 0; j < k; ++j) weights[j] = route_weight(p, weights[j], sum);
 }
 
 }  // namespace layertap::kernels

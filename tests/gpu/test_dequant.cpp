@@ -1,8 +1,11 @@
 // kernels/dequant.cu against the CPU decoders of src/model/quant_formats.cpp: FP8 blocks (partial
 // edge blocks, windows that start inside a block) and INT4 groups (bf16, f16 and f32 scales,
 // row-parallel windows), each element bit for bit equal to float_to_bf16 of the CPU's float32
-// (NaN codes must come out NaN); plus the random packed fills of the synthetic models. Guard
-// regions around every output, outputs poisoned with NaN first. Exit 77 without a GPU.
+// (NaN codes must come out NaN) and to quant_element.hpp's element functions on the host; the
+// kernels' vector paths (16 or 8 codes, 4 or 1 INT4 words a thread), the runs they leave to the
+// element path (crossing a scale block or group, row tails, NaN codes, non-finite scales,
+// unaligned buffers), and special scales; plus the random packed fills of the synthetic models.
+// Guard regions around every output, outputs poisoned with NaN first. Exit 77 without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,12 +30,27 @@ namespace kernels = layertap::kernels;
 namespace quant = layertap::quant;
 using layertap::DType;
 
-// got (bf16 bits) vs bf16(want) for every element; NaN must meet NaN.
+// Variants of a case: `specials` puts infinite, NaN, zero, subnormal and overflowing scales among
+// the random ones (every third); `misalign` shifts the output (and the packed input) off 16
+// bytes, so every run takes the kernels' element path.
+struct Variant {
+  bool specials = false, misalign = false;
+};
+
+const char* variant_name(const Variant& v) {
+  return v.specials ? (v.misalign ? ", special scales, misaligned" : ", special scales")
+                    : (v.misalign ? ", misaligned" : "");
+}
+
+// got (bf16 bits) vs bf16(want) and vs want_bits, the bits quant_element.hpp's element functions
+// give on the host, for every element; NaN must meet NaN (its payload is not compared: even on the
+// host, NaN * NaN keeps whichever operand the compiler put first).
 int compare_bits(const std::string& name, const std::vector<bf16_bits>& got, const std::vector<float>& want,
-                 std::int64_t damage) {
+                 const std::vector<bf16_bits>& want_bits, std::int64_t damage) {
   std::int64_t differ = 0, first = -1;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const bool ok = std::isnan(want[i]) ? (got[i] & 0x7fffu) > 0x7f80u : got[i] == layertap::float_to_bf16(want[i]);
+    const bool ok = std::isnan(want[i]) ? (got[i] & 0x7fffu) > 0x7f80u
+                                        : got[i] == layertap::float_to_bf16(want[i]) && got[i] == want_bits[i];
     if (!ok && first < 0) first = std::int64_t(i);
     differ += ok ? 0 : 1;
   }
@@ -47,7 +65,7 @@ int compare_bits(const std::string& name, const std::vector<bf16_bits>& got, con
 
 // A window [row0, +rows) x [col0, +cols) of an [out, in] FP8 matrix with blocks [br, bc].
 int fp8_case(std::int64_t out, std::int64_t in, std::int64_t br, std::int64_t bc, const quant::Window& win,
-             std::uint64_t seed, cudaStream_t stream) {
+             std::uint64_t seed, cudaStream_t stream, Variant variant = {}) {
   std::mt19937_64 rng(seed);
   std::vector<std::uint8_t> codes(std::size_t(out * in));
   for (auto& c : codes) c = std::uint8_t(rng());  // NaN codes 0x7f / 0xff included
@@ -55,6 +73,12 @@ int fp8_case(std::int64_t out, std::int64_t in, std::int64_t br, std::int64_t bc
   std::vector<float> scales(std::size_t(grid_rows * grid_cols));
   std::uniform_real_distribution<float> u(-20.0f, 2.0f);
   for (auto& s : scales) s = std::exp2(u(rng));
+  if (variant.specials) {
+    // inf/NaN scales; 2^9 (scale * 2^120 overflows: the element path); subnormal scales; 2^100
+    // (products overflow to inf); zeros; a negative scale.
+    const float special[] = {INFINITY, -INFINITY, NAN, 512.0f, 0x1p-140f, 0x1p-127f, 0x1p100f, 0.0f, -0.0f, -0.75f};
+    for (std::size_t i = 0; i < scales.size(); i += 3) scales[i] = special[(i / 3) % std::size(special)];
+  }
   std::vector<float> want(std::size_t(win.rows * win.cols));
   quant::dequantize_fp8_block(reinterpret_cast<const std::byte*>(codes.data()),
                               reinterpret_cast<const std::byte*>(scales.data()), out, in, br, bc, win, want.data());
@@ -69,26 +93,31 @@ int fp8_case(std::int64_t out, std::int64_t in, std::int64_t br, std::int64_t bc
   for (std::int64_t r = 0; r < sr; ++r)
     for (std::int64_t c = 0; c < sc; ++c)
       ws[std::size_t(r * sc + c)] = scales[std::size_t((win.row0 / br + r) * grid_cols + win.col0 / bc + c)];
-  Guarded<std::uint8_t> d_codes(std::int64_t(wc.size()));
+  std::vector<bf16_bits> want_bits(want.size());
+  for (std::int64_t r = 0; r < win.rows; ++r)
+    for (std::int64_t c = 0; c < win.cols; ++c)
+      want_bits[std::size_t(r * win.cols + c)] = kernels::fp8_block_element(
+          wc[std::size_t(r * win.cols + c)], ws[std::size_t(((r + rp) / br) * sc + (c + cp) / bc)]);
+  Guarded<std::uint8_t> d_codes(std::int64_t(wc.size()), variant.misalign ? 4096 + 4 : 4096);
   Guarded<float> d_scales(std::int64_t(ws.size()));
-  Guarded<bf16_bits> d_out(win.rows * win.cols);
+  Guarded<bf16_bits> d_out(win.rows * win.cols, variant.misalign ? 2048 + 1 : 2048);
   d_codes.upload(wc);
   d_scales.upload(ws);
   poison_bf16(d_out);
   kernels::dequantize_fp8_block(as_bf16(d_out.data()), d_codes.data(), d_scales.data(), win.rows, win.cols, br, bc, rp,
                                 cp, stream);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  char name[160];
-  std::snprintf(name, sizeof name, "fp8 [%lld, %lld] blocks [%lld, %lld] window rows %lld+%lld cols %lld+%lld",
+  char name[200];
+  std::snprintf(name, sizeof name, "fp8 [%lld, %lld] blocks [%lld, %lld] window rows %lld+%lld cols %lld+%lld%s",
                 (long long)out, (long long)in, (long long)br, (long long)bc, (long long)win.row0, (long long)win.rows,
-                (long long)win.col0, (long long)win.cols);
-  return compare_bits(name, d_out.download(), want,
+                (long long)win.col0, (long long)win.cols, variant_name(variant));
+  return compare_bits(name, d_out.download(), want, want_bits,
                       d_out.guard_damage() + d_codes.guard_damage() + d_scales.guard_damage());
 }
 
 // A window of an [out, in] INT4 matrix with groups of `group` (col0 on a group boundary).
 int int4_case(std::int64_t out, std::int64_t in, std::int64_t group, DType st, const quant::Window& win,
-              std::uint64_t seed, cudaStream_t stream) {
+              std::uint64_t seed, cudaStream_t stream, Variant variant = {}) {
   std::mt19937_64 rng(seed);
   const std::int64_t words = (in + 7) / 8, groups = (in + group - 1) / group, ss = st == DType::F32 ? 4 : 2;
   std::vector<std::uint32_t> packed(std::size_t(out * words));
@@ -96,8 +125,13 @@ int int4_case(std::int64_t out, std::int64_t in, std::int64_t group, DType st, c
   std::vector<std::byte> scales(std::size_t(out * groups * ss));
   std::uniform_real_distribution<float> mant(0.5f, 1.0f);
   std::uniform_int_distribution<int> expo(-26, 10);
+  // inf/NaN scales, zeros, scales whose products overflow (to inf: 2^126 in bf16/f32, 65504 as
+  // f16) or land on subnormals (f16: 2^-24, 3e-5; bf16/f32: 2^-130, 2^-140).
+  const float special_bf[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 0x1p126f, -0x1p126f, 0x1p-130f, 0x1p-140f};
+  const float special_h[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 65504.0f, -40000.0f, 0x1p-24f, 3e-5f};
   for (std::int64_t i = 0; i < out * groups; ++i) {
-    const float v = std::ldexp(mant(rng), expo(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+    float v = std::ldexp(mant(rng), expo(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+    if (variant.specials && i % 3 == 0) v = (st == DType::F16 ? special_h : special_bf)[(i / 3) % 9];
     if (st == DType::F32) {
       std::memcpy(&scales[std::size_t(i * 4)], &v, 4);
     } else {
@@ -117,23 +151,30 @@ int int4_case(std::int64_t out, std::int64_t in, std::int64_t group, DType st, c
     std::memcpy(&wsc[std::size_t(r * wgroups * ss)], &scales[std::size_t(((win.row0 + r) * groups + win.col0 / group) * ss)],
                 std::size_t(wgroups * ss));
   }
-  Guarded<std::uint32_t> d_words(std::int64_t(wp.size()));
-  Guarded<std::uint8_t> d_scales(std::int64_t(wsc.size()));
-  Guarded<bf16_bits> d_out(win.rows * win.cols);
-  d_words.upload(wp);
-  d_scales.upload(wsc);
-  poison_bf16(d_out);
   const kernels::ScaleType type = st == DType::BF16 ? kernels::ScaleType::BF16
                                   : st == DType::F16 ? kernels::ScaleType::F16
                                                      : kernels::ScaleType::F32;
+  std::vector<bf16_bits> want_bits(want.size());
+  for (std::int64_t r = 0; r < win.rows; ++r)
+    for (std::int64_t c = 0; c < win.cols; ++c) {
+      const std::uint32_t nibble = (wp[std::size_t(r * wwords + c / 8)] >> (4 * (c % 8))) & 0xfu;
+      const float scale = kernels::scale_value(wsc.data(), r * wgroups + c / group, type);
+      want_bits[std::size_t(r * win.cols + c)] = kernels::int4_group_element(nibble, scale, type);
+    }
+  Guarded<std::uint32_t> d_words(std::int64_t(wp.size()), variant.misalign ? 1024 + 1 : 1024);
+  Guarded<std::uint8_t> d_scales(std::int64_t(wsc.size()));
+  Guarded<bf16_bits> d_out(win.rows * win.cols, variant.misalign ? 2048 + 1 : 2048);
+  d_words.upload(wp);
+  d_scales.upload(wsc);
+  poison_bf16(d_out);
   kernels::dequantize_int4_group(as_bf16(d_out.data()), d_words.data(), d_scales.data(), type, win.rows, win.cols,
                                  group, stream);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  char name[160];
-  std::snprintf(name, sizeof name, "int4 [%lld, %lld] groups of %lld, %s scales, window rows %lld+%lld cols %lld+%lld",
+  char name[200];
+  std::snprintf(name, sizeof name, "int4 [%lld, %lld] groups of %lld, %s scales, window rows %lld+%lld cols %lld+%lld%s",
                 (long long)out, (long long)in, (long long)group, std::string(layertap::dtype_name(st)).c_str(), (long long)win.row0,
-                (long long)win.rows, (long long)win.col0, (long long)win.cols);
-  return compare_bits(name, d_out.download(), want,
+                (long long)win.rows, (long long)win.col0, (long long)win.cols, variant_name(variant));
+  return compare_bits(name, d_out.download(), want, want_bits,
                       d_out.guard_damage() + d_words.guard_damage() + d_scales.guard_damage());
 }
 
@@ -190,11 +231,27 @@ int main() {
     failures += fp8_case(72, 96, 16, 8, {0, 72, 32, 40}, seed++, stream);
     failures += fp8_case(50, 37, 16, 8, {5, 33, 3, 30}, seed++, stream);
     failures += fp8_case(1, 9, 128, 128, {0, 1, 0, 9}, seed++, stream);
+    // The vector paths: 16 codes a thread (cols % 16 == 0), with runs crossing a block column
+    // where the window starts 8 columns into one (those runs element by element); 8 codes a
+    // thread (cols % 8 == 0); odd widths; every scale class; unaligned buffers.
+    failures += fp8_case(64, 1024, 128, 128, {3, 61, 136, 768}, seed++, stream);
+    failures += fp8_case(40, 96, 16, 8, {0, 40, 0, 96}, seed++, stream, {true, false});
+    failures += fp8_case(40, 96, 4, 24, {1, 39, 8, 88}, seed++, stream, {true, false});
+    failures += fp8_case(33, 53, 16, 8, {0, 33, 0, 53}, seed++, stream, {true, false});
+    failures += fp8_case(20, 256, 128, 128, {0, 20, 0, 256}, seed++, stream, {false, true});
     for (const DType st : {DType::BF16, DType::F16, DType::F32}) {
       failures += int4_case(40, 256, 32, st, {0, 40, 0, 256}, seed++, stream);
       failures += int4_case(40, 256, 32, st, {8, 17, 64, 128}, seed++, stream);
       failures += int4_case(7, 100, 32, st, {0, 7, 0, 100}, seed++, stream);  // partial word and group
       failures += int4_case(3, 2048, 128, st, {1, 2, 1024, 1024}, seed++, stream);
+      // 1 word a thread (cols % 32 != 0); groups that runs cross (12: 32-column runs, 4: several
+      // groups a word); every scale class; unaligned buffers; an odd width with special scales.
+      failures += int4_case(9, 200, 40, st, {0, 9, 0, 200}, seed++, stream);
+      failures += int4_case(6, 384, 12, st, {0, 6, 0, 384}, seed++, stream);
+      failures += int4_case(5, 64, 4, st, {0, 5, 0, 64}, seed++, stream);
+      failures += int4_case(30, 512, 32, st, {0, 30, 0, 512}, seed++, stream, {true, false});
+      failures += int4_case(12, 256, 64, st, {2, 10, 64, 192}, seed++, stream, {false, true});
+      failures += int4_case(11, 93, 16, st, {0, 11, 0, 93}, seed++, stream, {true, false});
     }
     failures += fills(stream);
     return failures;

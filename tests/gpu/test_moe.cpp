@@ -5,7 +5,9 @@
 // Tolerances:
 //   routing: logits on a grid of 1/8 (ties included) keep every comparison the choice makes far
 //     apart or exactly equal, so the experts must match exactly; the weights differ from the host's
-//     only through expf's last bits (CUDA's expf is within 2 ulp): 4e-6 relative.
+//     only through expf's last bits (CUDA's expf is within 2 ulp): 4e-6 relative (NaN meets NaN).
+//     On the simulated GPU, whose expf is the host's, the weights must match bit for bit: the
+//     warp router keeps route_token's every operation and summation order.
 //   permutation and gather: exact (integers, copies).
 //   combine: one bf16 rounding of a float32 sum, u |ref| (u = 2^-8), plus the float32 summation
 //     order and fused multiply-adds, 1e-6 of the sum of |terms|.
@@ -30,13 +32,24 @@ namespace {
 using namespace layertap::gpu_test;
 namespace kernels = layertap::kernels;
 
+// Logits: on a grid of 1/8 in [-3, 3] (ties among them); Ties: 3 values only, so most choices
+// and group scores tie and the lower index must win; Special: the grid with NaN, +inf and -inf
+// sprinkled in (ranked last / first / last, NaN probabilities and weights where the host has them).
+enum class Logits { Grid, Ties, Special };
+
 int route_case(const std::string& name, const kernels::RouteParams& p, bool bias, bool offset, std::uint64_t seed,
-               cudaStream_t stream) {
-  const std::int64_t T = 300, E = p.num_experts, k = p.top_k;
+               cudaStream_t stream, std::int64_t T = 300, Logits kind = Logits::Grid) {
+  const std::int64_t E = p.num_experts, k = p.top_k;
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> grid(-24, 24);
+  std::uniform_int_distribution<int> grid(-24, 24), coarse(-1, 1), special(0, 40);
   std::vector<float> logits(std::size_t(T * E)), b(static_cast<std::size_t>(E)), off(static_cast<std::size_t>(E));
-  for (float& x : logits) x = float(grid(rng)) / 8.0f;
+  for (float& x : logits) {
+    x = kind == Logits::Ties ? float(coarse(rng)) : float(grid(rng)) / 8.0f;
+    if (kind == Logits::Special) {
+      const int r = special(rng);
+      x = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : x;
+    }
+  }
   for (float& x : b) x = float(grid(rng) % 3) / 16.0f;
   for (std::int64_t e = 0; e < E; ++e) off[std::size_t(e)] = -0.5f * float(e % 5);
   // Host: the offset added first (as the kernel does), then route_token.
@@ -61,23 +74,35 @@ int route_case(const std::string& name, const kernels::RouteParams& p, bool bias
   std::int64_t e_diff = 0, w_diff = 0;
   for (std::size_t i = 0; i < got_e.size(); ++i) {
     e_diff += got_e[i] != want_e[i];
-    w_diff += !(std::fabs(got_w[i] - want_w[i]) <= 4e-6f * std::fabs(want_w[i]));
+    const bool same = got_w[i] == want_w[i] || (std::isnan(got_w[i]) && std::isnan(want_w[i]));
+#if defined(LAYERTAP_CUDA_SIM)
+    w_diff += !same;  // the simulated GPU's expf is the host's: bit for bit
+#else
+    w_diff += !(same || std::fabs(got_w[i] - want_w[i]) <= 4e-6f * std::fabs(want_w[i]));
+#endif
   }
   const std::int64_t damage = d_logits.guard_damage() + d_choice.guard_damage() + d_e.guard_damage() + d_w.guard_damage();
   const bool ok = e_diff == 0 && w_diff == 0 && damage == 0;
-  std::printf("%s route %-52s experts differ %lld, weights off %lld, guard damage %lld\n", ok ? "ok  " : "FAIL",
-              name.c_str(), (long long)e_diff, (long long)w_diff, (long long)damage);
+  std::printf("%s route %-56s T=%-4lld experts differ %lld, weights off %lld, guard damage %lld\n", ok ? "ok  " : "FAIL",
+              name.c_str(), (long long)T, (long long)e_diff, (long long)w_diff, (long long)damage);
   return ok ? 0 : 1;
 }
 
 // Random distinct experts per token; permutation, gather and combine against host references.
+// `repeats`: experts drawn with replacement (a token may name one twice: its pairs in choice
+// order); needs n >= k, so that T * min(k, n) rows still hold them.
 int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t first, std::int64_t n,
-                 std::int64_t H, bool shared, std::uint64_t seed, cudaStream_t stream) {
+                 std::int64_t H, bool shared, std::uint64_t seed, cudaStream_t stream, bool repeats = false) {
   std::mt19937_64 rng(seed);
   std::vector<std::int32_t> experts(std::size_t(T * k));
   std::vector<std::int32_t> all(static_cast<std::size_t>(E));
   std::iota(all.begin(), all.end(), 0);
+  std::uniform_int_distribution<std::int32_t> any(0, std::int32_t(E - 1));
   for (std::int64_t t = 0; t < T; ++t) {
+    if (repeats) {
+      for (std::int64_t j = 0; j < k; ++j) experts[std::size_t(t * k + j)] = any(rng);
+      continue;
+    }
     std::shuffle(all.begin(), all.end(), rng);
     std::copy(all.begin(), all.begin() + k, experts.begin() + t * k);
   }
@@ -114,14 +139,17 @@ int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t fi
   kernels::moe_permute(d_experts.data(), T, k, first, n, d_counts.data(), d_offsets.data(), d_slot.data(), d_perm.data(),
                        stream);
   kernels::moe_gather(as_bf16(d_x.data()), as_bf16(d_h.data()), d_perm.data(), d_offsets.data() + n, max_rows, H, stream);
-  kernels::moe_combine(as_bf16(d_out.data()), as_bf16(d_y.data()), d_slot.data(), d_w.data(),
-                       shared ? as_bf16(d_sh.data()) : nullptr, T, k, H, stream);
+  const bool combine = k <= 64;  // moe_combine's limit
+  if (combine)
+    kernels::moe_combine(as_bf16(d_out.data()), as_bf16(d_y.data()), d_slot.data(), d_w.data(),
+                         shared ? as_bf16(d_sh.data()) : nullptr, T, k, H, stream);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   int fails = 0;
   char name[160];
-  std::snprintf(name, sizeof name, "T=%lld E=%lld k=%lld experts %lld..%lld H=%lld%s", (long long)T, (long long)E,
-                (long long)k, (long long)first, (long long)(first + n - 1), (long long)H, shared ? " +shared" : "");
+  std::snprintf(name, sizeof name, "T=%lld E=%lld k=%lld experts %lld..%lld H=%lld%s%s", (long long)T, (long long)E,
+                (long long)k, (long long)first, (long long)(first + n - 1), (long long)H, shared ? " +shared" : "",
+                repeats ? " repeats" : "");
   const std::vector<std::int32_t> got_perm = d_perm.download();
   const bool perm_ok = d_counts.download() == counts && d_offsets.download() == offsets && d_slot.download() == slot &&
                        std::equal(perm.begin(), perm.end(), got_perm.begin());
@@ -139,6 +167,7 @@ int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t fi
   std::printf("%s permute+gather %-50s rows %lld of at most %lld, gather differs %lld, guard damage %lld\n",
               ok ? "ok  " : "FAIL", name, (long long)rows, (long long)max_rows, (long long)gather_bad, (long long)damage);
   fails += ok ? 0 : 1;
+  if (!combine) return fails;
 
   // Combine against the float32 sum.
   std::vector<float> ref(std::size_t(T * H)), got = widen(d_out.download());
@@ -211,6 +240,61 @@ int main() {
     failures += permute_case(1000, 384, 8, 336, 48, 72, true, 13, stream);   // Kimi's last rank of 8
     failures += permute_case(5, 16, 4, 12, 4, 64, true, 14, stream);         // experts with no tokens
     failures += permute_case(257, 8, 2, 0, 8, 7, true, 15, stream);          // H off the 16-byte copies
+
+    // The warp router's edges: T of 1 and T not a multiple of the block's 8 tokens; the group
+    // step with one expert per group, 64 groups (two per lane), every group kept, and E not a
+    // multiple of 32; ties everywhere; NaN and infinities; top_k past 32 (picks kept in memory);
+    // the largest E of the warp router (1024, 32 per lane) and the one-thread fallback past it.
+    failures += route_case("deepseek-v3 256 experts, 8 groups, bias", v3, true, false, 21, stream, 1);
+    failures += route_case("deepseek-v3 256 experts, 8 groups, bias", v3, true, true, 22, stream, 7);
+    failures += route_case("deepseek-v3 256 experts, 8 groups, ties", v3, true, false, 23, stream, 64, Logits::Ties);
+    failures += route_case("deepseek-v3 256 experts, 8 groups, NaN/inf", v3, true, false, 24, stream, 64,
+                           Logits::Special);
+    kernels::RouteParams single = ds;
+    single.num_experts = 16, single.top_k = 4, single.n_group = 16, single.topk_group = 6;
+    failures += route_case("16 groups of one expert", single, true, false, 25, stream, 40, Logits::Ties);
+    kernels::RouteParams many = v3;
+    many.n_group = 64, many.topk_group = 5, many.top_k = 12;
+    failures += route_case("256 experts, 64 groups of 4, top 12 over 5 groups", many, true, false, 26, stream, 40);
+    kernels::RouteParams all_kept = v3;
+    all_kept.topk_group = 8, all_kept.norm_topk_prob = 0;
+    failures += route_case("256 experts, every group kept, no renormalisation", all_kept, false, false, 27, stream, 40);
+    kernels::RouteParams odd = ds;
+    odd.num_experts = 72, odd.top_k = 6, odd.n_group = 3, odd.topk_group = 2;
+    failures += route_case("72 experts, 3 groups of 24", odd, true, false, 28, stream, 33, Logits::Ties);
+    failures += route_case("kimi 384 experts, ties", kimi, true, false, 29, stream, 40, Logits::Ties);
+    failures += route_case("kimi 384 experts, NaN/inf", kimi, false, false, 30, stream, 40, Logits::Special);
+    qwen.norm_topk_prob = 1;
+    failures += route_case("qwen3 128 experts softmax, ties", qwen, false, false, 31, stream, 40, Logits::Ties);
+    failures += route_case("qwen3 128 experts softmax, NaN/inf", qwen, false, false, 32, stream, 40, Logits::Special);
+    kernels::RouteParams wide = qwen;
+    wide.num_experts = 96, wide.top_k = 40;
+    failures += route_case("softmax 96 experts, top 40", wide, false, false, 33, stream, 20);
+    kernels::RouteParams wide_sig = ds;
+    wide_sig.num_experts = 64, wide_sig.top_k = 36, wide_sig.n_group = 2, wide_sig.topk_group = 2;
+    failures += route_case("sigmoid 64 experts, 2 groups, top 36", wide_sig, true, false, 34, stream, 20, Logits::Ties);
+    kernels::RouteParams max_warp = kimi;
+    max_warp.num_experts = 1024, max_warp.top_k = 8;
+    failures += route_case("1024 experts (32 a lane)", max_warp, true, false, 35, stream, 16);
+    kernels::RouteParams serial = qwen;
+    serial.num_experts = 1040, serial.top_k = 4;
+    failures += route_case("1040 experts softmax (one thread a token)", serial, false, true, 36, stream, 12);
+
+    // Placement's edges: T of 1 (fewer pairs than local experts: one tile counting in `counts`),
+    // one local expert, top_k above the local experts, many tiles (and a scan over several chunks
+    // of the (expert, tile) table), more local experts than the shared counters hold (with
+    // several tiles and with one), tiles limited by perm_token's length (top_k 300: no combine),
+    // repeated experts within a token.
+    failures += permute_case(1, 384, 8, 336, 48, 64, true, 41, stream);
+    failures += permute_case(300, 64, 8, 5, 1, 24, true, 42, stream);
+    failures += permute_case(300, 64, 8, 60, 4, 24, false, 43, stream);
+    failures += permute_case(3001, 64, 8, 16, 16, 8, true, 44, stream);
+    failures += permute_case(2000, 384, 8, 0, 384, 8, false, 45, stream);
+    failures += permute_case(300, 1100, 8, 0, 1100, 8, true, 46, stream);
+    failures += permute_case(2, 1100, 8, 0, 1100, 8, false, 50, stream);
+    failures += permute_case(20, 512, 300, 0, 8, 8, false, 47, stream);
+    failures += permute_case(500, 16, 8, 0, 16, 24, true, 48, stream, true);
+    failures += permute_case(77, 40, 6, 8, 24, 16, false, 49, stream, true);
     return failures;
   });
 }
