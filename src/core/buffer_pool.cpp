@@ -27,7 +27,14 @@ std::vector<std::byte> BufferPool::take(std::size_t bytes, bool* fresh) {
 void BufferPool::give(std::vector<std::byte>&& buffer) {
   if (buffer.capacity() == 0) return;
   std::lock_guard lock(mutex_);
-  if (kept_.size() < max_kept_) kept_.push_back(std::move(buffer));
+  if (kept_.size() < max_kept_) {
+    kept_.push_back(std::move(buffer));
+    return;
+  }
+  // Full: keep the larger buffers (batches vary in size; a small one serves fewer of them).
+  const auto smallest = std::min_element(kept_.begin(), kept_.end(),
+                                         [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+  if (smallest != kept_.end() && smallest->capacity() < buffer.capacity()) *smallest = std::move(buffer);
 }
 
 void BufferPool::give(std::vector<std::vector<std::byte>>&& buffers) {

@@ -16,7 +16,8 @@ class BufferPool {
   // A buffer of exactly `bytes` bytes: a kept one when one is large enough (its contents are
   // whatever they were), else a new zero-filled one; `fresh` says which.
   std::vector<std::byte> take(std::size_t bytes, bool* fresh = nullptr);
-  // Keeps `buffer` for a later take, while fewer than max_kept are kept (else frees it).
+  // Keeps `buffer` for a later take: while fewer than max_kept are kept, or in place of a smaller
+  // kept one; else frees it.
   void give(std::vector<std::byte>&& buffer);
   void give(std::vector<std::vector<std::byte>>&& buffers);
 

@@ -159,6 +159,24 @@ void projection_arithmetic() {
   double sum = 0;
   for (const auto& [k, v] : p.where_ms) sum += v;
   check(near(sum, p.forward_ms), cat("projection: the parts sum to the forward (", sum, " ms)"));
+
+  // A host wait on an event waits for the work before the event's record, not for what the
+  // stream runs after it: GEMM 5..25, the record (its work done at 25), a kernel issued at 10 that
+  // runs 25..35; the host waits for the record: max(10, 25) + 10 = 35, then 2 us of host work: 37.
+  std::vector<sim::Call> ev(5);
+  ev[0] = calls[0];
+  ev[1].kind = sim::CallKind::EventRecord;  // costs the host nothing
+  ev[1].stream = 1;
+  ev[1].event = 7;
+  ev[2] = calls[3];
+  ev[3].kind = sim::CallKind::HostWait;
+  ev[3].event = 7;
+  ev[4].kind = sim::CallKind::HostWork;
+  ev[4].work.written = 2e3;
+  ev[4].host_threads = 1;
+  const Projection q = project(ev, card, h, [](std::int64_t) { return std::string("x"); });
+  check(near(q.forward_ms, 0.037), cat("projection: a host wait on an event ends with the event's work: forward ",
+                                       q.forward_ms, " ms (expected 0.037: the host's 35 + 2 after the GPU's 35)"));
 }
 
 }  // namespace
