@@ -1,6 +1,6 @@
 // The host side of the CUDA path for MLA, MoE and packed weights, which runs (and must pass)
 // without a GPU:
-//   - the routing the router kernel runs (kernels/moe_routing.hpp, one thread per token) against
+//   - the routing the router kernel runs (kernels/moe_routing.hpp, one warp per token) against
 //     cpu::route, bit for bit on the host, ties included, for DeepSeek/Kimi grouped sigmoid and
 //     Qwen3 softmax routers;
 //   - the element decoders of the dequantization kernels (kernels/quant_element.hpp) against the
