@@ -6,10 +6,14 @@
 // K runs in steps of kBK = 64 through a ring of kStages shared-memory slots (INT4 4, FP8 3, bf16
 // 2: 48 KiB each) that cp.async fills kStages - 1 steps ahead of the math: the step's x rows
 // (64 x 128 bytes) and the packed weight rows (128 x 32, 64 or 128 bytes), 16 bytes per copy, or
-// 4 where a format's rows are not a multiple of 16 bytes long (INT4 K % 32 != 0, FP8 K % 16 != 0).
+// 4 where a format's rows are not a multiple of 16 bytes long (INT4 K % 32 != 0, FP8 K % 16 != 0,
+// bf16 K % 8 != 0). x rows likewise: 16 bytes per copy when K % 8 == 0 and x is 16-byte aligned
+// (X16, the launcher's choice), else 4 (K % 2 == 0, x 4-byte aligned: a 4-byte word of x holds 2 k,
+// all in or all out of K), the slot's layout the same either way.
 // Bytes past K, rows past the expert's last and past N are zero-filled by the copy (src-size 0),
 // and the scales of groups or blocks past K read as 0, so padding decodes to finite zeros times
-// zero inputs.
+// zero inputs (a group or block that K ends inside keeps its scale: its padding codes decode to
+// finite values, times x's zeros).
 //
 //   A fragments  ldmatrix.x4 from the x slot; 16-byte chunks XOR-swizzled by row (conflict-free).
 //   B fragments  per lane, the stored bytes of its row n (= the mma's column g) at k 2c, 2c+1, 2c+8,
@@ -217,7 +221,8 @@ __device__ __forceinline__ int w_chunk(int row, int ch) {
 // 1-D grid of Args::ntiles x (row-tile bound) blocks, kThreads threads, smem_bytes<F>() of dynamic
 // shared memory. V16: weight rows are a multiple of 16 bytes (16-byte copies), else 4-byte copies.
 // Fine (FP8 only): a scale per 8 k (block_cols or col_phase not a multiple of kBK), else per step.
-template <GroupedFormat F, ScaleType ST, bool V16, bool Fine>
+// X16: x rows in 16-byte copies (K % 8 == 0, x 16-byte aligned), else 4-byte copies (K % 2 == 0).
+template <GroupedFormat F, ScaleType ST, bool V16, bool Fine, bool X16>
 __global__ void __launch_bounds__(kThreads)
     grouped_gemm_kernel(__nv_bfloat16* __restrict__ y,                // (max_rows, N)
                         const __nv_bfloat16* __restrict__ x,          // (max_rows, K)
@@ -307,7 +312,7 @@ __global__ void __launch_bounds__(kThreads)
       int col = u / bq, in = u - col * bq;  // scale column of group h, and h's place in it
 #pragma unroll
       for (int h = 0; h < kScales; ++h) {
-        const bool in_k = std::int64_t(kt) * kBK + 8 * h < K;  // K % 8 == 0: a group is all in or out
+        const bool in_k = std::int64_t(kt) * kBK + 8 * h < K;  // a group K ends inside (K % 8 == 4) keeps its scale
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           float s = 0.0f;
@@ -339,18 +344,38 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  // ---- one K step's copies into slot `slot` (a zero-fill reads nothing: any mapped address will do)
-  const void* const nowhere = x;
+  // ---- one K step's copies into slot `slot` (a zero-fill reads nothing: any mapped address will do,
+  // aligned to the copy's size: x, 16-byte aligned under X16, else x rounded down to 16 bytes, which
+  // stays inside x's allocation since allocations start 16-byte aligned)
+  const void* const nowhere =
+      X16 ? static_cast<const void*>(x)
+          : reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(x) & ~std::uintptr_t(15));
   const auto load_step = [&](int kt, int slot) {
     const std::int64_t k0 = std::int64_t(kt) * kBK;
     unsigned char* const xd = xs + slot * kXSlotBytes;
-    const int xch = tid % 8;
+    if constexpr (X16) {
+      const int xch = tid % 8;
 #pragma unroll
-    for (int i = 0; i < kBM * 8 / kThreads; ++i) {
-      const int r = tid / 8 + i * (kThreads / 8);
-      const std::int64_t k = k0 + 8 * xch;
-      const bool ok = r < rows && k < K;  // K % 8 == 0: a chunk is all in or all out
-      cp_async<16>(xd + r * kXRowBytes + 16 * x_chunk(r, xch), ok ? static_cast<const void*>(x + (row0 + r) * K + k) : nowhere, ok ? 16 : 0);
+      for (int i = 0; i < kBM * 8 / kThreads; ++i) {
+        const int r = tid / 8 + i * (kThreads / 8);
+        const std::int64_t k = k0 + 8 * xch;
+        const bool ok = r < rows && k < K;  // K % 8 == 0: a chunk is all in or all out
+        cp_async<16>(xd + r * kXRowBytes + 16 * x_chunk(r, xch), ok ? static_cast<const void*>(x + (row0 + r) * K + k) : nowhere, ok ? 16 : 0);
+      }
+    } else {
+      // A warp copies one row's 32 words (k 2 xw, 2 xw + 1), the 16-byte chunks placed as above.
+      // Not unrolled: unrolled, its 16 row addresses hoisted out of the K loop took 50 to 90 more
+      // registers (sm_90: 208..254, 2 blocks per SM instead of 3); rolled, no more than the X16
+      // instances, for a few instructions per copy.
+      const int xw = tid % 32;
+#pragma unroll 1
+      for (int i = 0; i < kBM * 32 / kThreads; ++i) {
+        const int r = tid / 32 + i * (kThreads / 32);
+        const std::int64_t k = k0 + 2 * xw;
+        const bool ok = r < rows && k < K;  // K % 2 == 0: a word is all in or all out
+        cp_async<4>(xd + r * kXRowBytes + 16 * x_chunk(r, xw / 4) + 4 * (xw % 4),
+                    ok ? static_cast<const void*>(x + (row0 + r) * K + k) : nowhere, ok ? 4 : 0);
+      }
     }
     unsigned char* const wd = ws + slot * kWSlotBytes;
     const std::int64_t kb = std::int64_t(kt) * kRowBytes;  // the step's first byte in a stored row
@@ -506,10 +531,17 @@ double expert_bytes(const GroupedWeights& w, std::int64_t N, std::int64_t K) {
   return 0.0;
 }
 
-template <GroupedFormat F, ScaleType ST, bool V16, bool Fine = false>
+template <GroupedFormat F, ScaleType ST, bool V16, bool Fine, bool X16>
 void launch_as(const Grid& grid, __nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* offsets,
                const GroupedWeightPart* parts, const Args& a) {
-  launch<grouped_gemm_kernel<F, ST, V16, Fine>>(grid, y, x, offsets, parts, a);
+  launch<grouped_gemm_kernel<F, ST, V16, Fine, X16>>(grid, y, x, offsets, parts, a);
+}
+// The instance for x's copies: 16 bytes (x16: K % 8 == 0 and x 16-byte aligned) or 4.
+template <GroupedFormat F, ScaleType ST, bool V16, bool Fine = false>
+void launch_x(bool x16, const Grid& grid, __nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* offsets,
+              const GroupedWeightPart* parts, const Args& a) {
+  x16 ? launch_as<F, ST, V16, Fine, true>(grid, y, x, offsets, parts, a)
+      : launch_as<F, ST, V16, Fine, false>(grid, y, x, offsets, parts, a);
 }
 
 }  // namespace
@@ -526,7 +558,7 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
   LT_CHECK(n >= 0 && n < (std::int64_t(1) << 24) && max_rows >= 0 && max_rows <= kMaxInt32 && N > 0 &&
                N <= kMaxInt32 && K > 0 && K <= kMaxInt32,
            "grouped_gemm: bad shape n=", n, " max_rows=", max_rows, " N=", N, " K=", K);
-  LT_CHECK(K % 8 == 0, "grouped_gemm: K=", K, " is not a multiple of 8 (x rows are read 16 bytes at a time)");
+  LT_CHECK(K % 2 == 0, "grouped_gemm: K=", K, " is not a multiple of 2 (x rows are read 4 bytes at a time)");
   LT_CHECK(w.parts_per_expert >= 1 && w.part_rows >= 1 && w.parts_per_expert * w.part_rows == N,
            "grouped_gemm: ", w.parts_per_expert, " parts of ", w.part_rows, " rows do not make N=", N);
   switch (w.format) {
@@ -535,8 +567,11 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
                " are not supported (a multiple of 32)");
       LT_CHECK(w.scale_type == ScaleType::BF16 || w.scale_type == ScaleType::F16 || w.scale_type == ScaleType::F32,
                "grouped_gemm: unknown INT4 scale type");
+      LT_CHECK(K % 8 == 0, "grouped_gemm: K=", K, " is not a multiple of 8 (INT4 rows are whole 32-bit words of 8 nibbles)");
       break;
     case GroupedFormat::Fp8Block:
+      LT_CHECK(K % 4 == 0, "grouped_gemm: K=", K,
+               " is not a multiple of 4 (FP8 rows of K one-byte codes are read 4 bytes at a time)");
       LT_CHECK(w.block_rows >= 1 && w.block_cols >= 8 && w.block_cols % 8 == 0 && w.block_cols <= kMaxInt32 &&
                    w.row_phase >= 0 && w.row_phase < w.block_rows && w.col_phase >= 0 &&
                    w.col_phase < w.block_cols && w.col_phase % 8 == 0,
@@ -549,7 +584,7 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
   if (n == 0 || max_rows == 0) return;  // no rows: nothing to write
   LT_CHECK(y != nullptr && x != nullptr && offsets != nullptr && w.parts != nullptr,
            "grouped_gemm: null pointer argument");
-  LT_CHECK(aligned(x, 16), "grouped_gemm: x must be 16-byte aligned");
+  LT_CHECK(aligned(x, 4), "grouped_gemm: x must be 4-byte aligned (16-byte aligned for the faster 16-byte copies)");
   LT_CHECK(aligned(y, N % 2 == 0 ? 4 : 2), "grouped_gemm: y must be ", N % 2 == 0 ? 4 : 2, "-byte aligned");
   const std::int64_t blocks = grouped_gemm_blocks(n, max_rows, N);
   LT_CHECK(blocks <= kMaxInt32, "grouped_gemm: ", blocks, " blocks exceed a grid (n=", n, " max_rows=", max_rows,
@@ -571,19 +606,20 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
   };
   using GF = GroupedFormat;
   using S = ScaleType;
+  const bool x16 = K % 8 == 0 && aligned(x, 16);  // x rows in 16-byte copies (real models' K), else 4-byte
   switch (w.format) {
     case GF::Int4Group: {
       const Grid g = grid(smem_bytes<GF::Int4Group>());
       const bool v16 = K % 32 == 0;  // rows of K / 2 bytes
       if (w.scale_type == S::BF16) {
-        v16 ? launch_as<GF::Int4Group, S::BF16, true>(g, y, x, offsets, w.parts, a)
-            : launch_as<GF::Int4Group, S::BF16, false>(g, y, x, offsets, w.parts, a);
+        v16 ? launch_x<GF::Int4Group, S::BF16, true>(x16, g, y, x, offsets, w.parts, a)
+            : launch_x<GF::Int4Group, S::BF16, false>(x16, g, y, x, offsets, w.parts, a);
       } else if (w.scale_type == S::F16) {
-        v16 ? launch_as<GF::Int4Group, S::F16, true>(g, y, x, offsets, w.parts, a)
-            : launch_as<GF::Int4Group, S::F16, false>(g, y, x, offsets, w.parts, a);
+        v16 ? launch_x<GF::Int4Group, S::F16, true>(x16, g, y, x, offsets, w.parts, a)
+            : launch_x<GF::Int4Group, S::F16, false>(x16, g, y, x, offsets, w.parts, a);
       } else {
-        v16 ? launch_as<GF::Int4Group, S::F32, true>(g, y, x, offsets, w.parts, a)
-            : launch_as<GF::Int4Group, S::F32, false>(g, y, x, offsets, w.parts, a);
+        v16 ? launch_x<GF::Int4Group, S::F32, true>(x16, g, y, x, offsets, w.parts, a)
+            : launch_x<GF::Int4Group, S::F32, false>(x16, g, y, x, offsets, w.parts, a);
       }
       break;
     }
@@ -591,17 +627,23 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
       const Grid g = grid(smem_bytes<GF::Fp8Block>());
       const bool v16 = K % 16 == 0;  // rows of K bytes
       if (w.block_cols % kBK == 0 && w.col_phase % kBK == 0) {  // every K step in one block
-        v16 ? launch_as<GF::Fp8Block, S::F32, true>(g, y, x, offsets, w.parts, a)
-            : launch_as<GF::Fp8Block, S::F32, false>(g, y, x, offsets, w.parts, a);
+        v16 ? launch_x<GF::Fp8Block, S::F32, true>(x16, g, y, x, offsets, w.parts, a)
+            : launch_x<GF::Fp8Block, S::F32, false>(x16, g, y, x, offsets, w.parts, a);
       } else {  // a scale per 8 k
-        v16 ? launch_as<GF::Fp8Block, S::F32, true, true>(g, y, x, offsets, w.parts, a)
-            : launch_as<GF::Fp8Block, S::F32, false, true>(g, y, x, offsets, w.parts, a);
+        v16 ? launch_x<GF::Fp8Block, S::F32, true, true>(x16, g, y, x, offsets, w.parts, a)
+            : launch_x<GF::Fp8Block, S::F32, false, true>(x16, g, y, x, offsets, w.parts, a);
       }
       break;
     }
-    case GF::Bf16:
-      launch_as<GF::Bf16, S::BF16, true>(grid(smem_bytes<GF::Bf16>()), y, x, offsets, w.parts, a);  // 2K % 16 == 0
+    case GF::Bf16: {
+      const Grid g = grid(smem_bytes<GF::Bf16>());
+      if (K % 8 == 0) {  // rows of 2K bytes, whole 16-byte chunks
+        launch_x<GF::Bf16, S::BF16, true>(x16, g, y, x, offsets, w.parts, a);
+      } else {  // K % 2 == 0: whole 4-byte words, and x's copies 4 bytes too
+        launch_as<GF::Bf16, S::BF16, false, false, false>(g, y, x, offsets, w.parts, a);
+      }
       break;
+    }
   }
   LT_CUDA_CHECK_LAUNCH();
 }

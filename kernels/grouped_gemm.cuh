@@ -4,7 +4,11 @@
 //
 //   y[r, :] = bf16( sum_k x[r, k] * W_e[:, k] )   for every r in [offsets[e], offsets[e+1]), e in [0, n)
 //
-//   x        (max_rows, K) bf16, row-major; 16-byte aligned, K % 8 == 0
+//   x        (max_rows, K) bf16, row-major; 4-byte aligned, K % 2 == 0 (rows of 2K bytes: every
+//            row 4-byte aligned). K by weight format: bf16 K % 2 == 0, FP8 K % 4 == 0, INT4
+//            K % 8 == 0 (below). With K % 8 == 0 and x 16-byte aligned (real models' shapes) x is
+//            read in 16-byte copies, otherwise in 4-byte copies (slower; e.g. a down projection
+//            sliced for tensor parallelism, K = moe_intermediate_size / tp = 12 or 6)
 //   y        (max_rows, N) bf16, row-major; 4-byte aligned (2 when N is odd). Rows outside
 //            [offsets[0], offsets[n]) are not written
 //   offsets  (n + 1) int32 in DEVICE memory (the routing kernels' counts, prefix-summed; the host
@@ -18,8 +22,9 @@
 //     Int4Group  data: int32 words (part_rows, K / 8), element k at bits 4 (k % 8) of word k / 8,
 //                stored q + 8; scales: (part_rows, ceil(K / group)) of scale_type (bf16, f16, f32).
 //                Element = int4_group_element(nibble, scale, scale_type) (quant_element.hpp).
-//                group % 32 == 0 (Kimi-K2.5: 32).
-//     Fp8Block   data: float8_e4m3fn (part_rows, K); scales: float32 scale_inv
+//                group % 32 == 0 (Kimi-K2.5: 32). K % 8 == 0 (a row is whole words).
+//     Fp8Block   data: float8_e4m3fn (part_rows, K), K % 4 == 0 (rows of whole 4-byte words, the
+//                kernel's smallest copy; 16-byte copies when K % 16 == 0); scales: float32 scale_inv
 //                (ceil((row_phase + part_rows) / block_rows), ceil((col_phase + K) / block_cols)),
 //                the window's part of the scale grid (as dequant.cuh). Element =
 //                fp8_block_element(code, scale_inv[(r + row_phase) / block_rows][(k + col_phase) / block_cols]).
@@ -28,10 +33,11 @@
 //                0; its test fixture: 16 x 8). Blocks and phases of whole 64-column K steps
 //                (block_cols % 64 == 0, col_phase % 64 == 0) read one scale per row and step,
 //                others one per row and 8 columns (a little slower, the same values).
-//     Bf16       data: bf16 (part_rows, K); scales unused (may be null).
+//     Bf16       data: bf16 (part_rows, K), K % 2 == 0 (K % 8 == 0: 16-byte copies, else 4-byte);
+//                scales unused (may be null).
 //            Every data pointer 16-byte aligned when its rows are a multiple of 16 bytes long
-//            (INT4: K % 32 == 0; FP8: K % 16 == 0; bf16: always), else 4-byte aligned; the kernel
-//            traps on a misaligned one. Weight bytes beyond a row's K are never read.
+//            (INT4: K % 32 == 0; FP8: K % 16 == 0; bf16: K % 8 == 0), else 4-byte aligned; the
+//            kernel traps on a misaligned one. Weight bytes beyond a row's K are never read.
 //
 // Each weight value is exactly the bf16 that kernels/dequant.cu writes for it (the decoders of
 // quant_element.hpp, bit for bit), products of bf16 values are exact in float32 and summed in

@@ -5,7 +5,10 @@
 // its shapes) and bf16 weights; empty experts, one-row experts, one expert
 // taking every row, row counts on and off the 64-row tile, K on and off the INT4 group and FP8
 // block (and off 16-byte rows: the kernel's 4-byte copies), N on and off the 128-column tile (odd
-// N too), gate/up weights in 2 parts, offsets[0] > 0 and rows past offsets[n]. Exit 77 without a GPU.
+// N too), gate/up weights in 2 parts, offsets[0] > 0 and rows past offsets[n]. K off 8 (x and
+// weights in 4-byte copies): bf16 K 12 and 6 (the test fixtures' MoE down projections sliced for
+// tensor parallelism, moe_intermediate_size 24 at TP 2 and 4) and FP8 K 12; x 4 bytes past 16-byte
+// alignment with K % 8 == 0 (x in 4-byte copies, weights in 16-byte ones). Exit 77 without a GPU.
 //
 // Reference: each expert's weight decoded on the host by kernels/quant_element.hpp (the decoders
 // kernels/dequant.cu runs, themselves held bit for bit to the CPU backend's by test_dequant and
@@ -59,6 +62,7 @@ struct Case {
   std::int64_t slack = 0;            // max_rows - offsets[n]
   std::int64_t group = 32;                                     // INT4
   std::int64_t br = 128, bc = 128, rp = 0, cp = 0;             // FP8
+  std::int64_t x_shift = 0;  // x starts this many bf16 past a 16-byte boundary (2: 4-byte aligned)
   bool one_hot = false;
 };
 
@@ -192,16 +196,28 @@ int run_case(const Case& cs, std::uint64_t seed, cudaStream_t stream) {
   Guarded<kernels::GroupedWeightPart> d_table(std::max<std::int64_t>(1, n * P));
   if (n > 0) d_table.upload(table);
 
-  // x: random, or unit rows (row r: 1 at column r % K); y poisoned with NaN.
+  // x: random, or unit rows (row r: 1 at column r % K); y poisoned with NaN. x rows outside
+  // [offsets[0], offsets[n]) and kXTail values past the last row are NaN: the kernel must not read
+  // them (a copy past a row's K, whose products with the weights' zero padding would otherwise
+  // vanish, reads the next row's first values: NaN past the last routed row).
   std::vector<bf16_bits> x(std::size_t(max_rows * K));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (std::int64_t r = 0; r < max_rows; ++r)
     for (std::int64_t k = 0; k < K; ++k)
       x[std::size_t(r * K + k)] = cs.one_hot ? layertap::float_to_bf16(k == r % K ? 1.0f : 0.0f)
                                              : layertap::float_to_bf16(u(rng));
-  Guarded<bf16_bits> d_x(max_rows * K), d_y(max_rows * N);
+  constexpr std::int64_t kXTail = 8;
+  for (std::int64_t r = 0; r < max_rows; ++r)
+    if (r < off[0] || r >= off[std::size_t(n)])
+      std::fill_n(x.begin() + std::ptrdiff_t(r * K), K, bf16_bits(0x7fc1));
+  Guarded<bf16_bits> d_x(cs.x_shift + max_rows * K + kXTail), d_y(max_rows * N);
   Guarded<std::int32_t> d_off(n + 1);
-  d_x.upload(x);
+  {
+    std::vector<bf16_bits> stored(std::size_t(cs.x_shift), bf16_bits(0));
+    stored.insert(stored.end(), x.begin(), x.end());
+    stored.insert(stored.end(), std::size_t(kXTail), bf16_bits(0x7fc1));
+    d_x.upload(stored);
+  }
   d_off.upload(off);
   poison_bf16(d_y);
 
@@ -216,7 +232,8 @@ int run_case(const Case& cs, std::uint64_t seed, cudaStream_t stream) {
   w.col_phase = cs.cp;
   w.group = cs.group;
   w.scale_type = cs.scale;
-  kernels::grouped_gemm(as_bf16(d_y.data()), as_bf16(d_x.data()), d_off.data(), n, max_rows, N, K, w, stream);
+  kernels::grouped_gemm(as_bf16(d_y.data()), as_bf16(d_x.data() + cs.x_shift), d_off.data(), n, max_rows, N, K, w,
+                        stream);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::vector<bf16_bits> y = d_y.download();
 
@@ -359,6 +376,31 @@ std::vector<Case> cases() {
   t.back().cp = 136;
   t.push_back(make_case("bf16: gate/up in 2 parts, K 256", F::Bf16, S::BF16, {50, 50, 0, 77}, 192, 256, 2, 0, 3));
   t.push_back(make_case("bf16: K 72, N 8, one-row experts", F::Bf16, S::BF16, {1, 1, 1}, 8, 72, 1, 10, 20));
+  // K % 8 != 0 (x rows 4-byte aligned only; x and weights in 4-byte copies): the test fixtures' MoE
+  // down projection (N = hidden 72) at moe_intermediate_size 24 sliced for TP 2 (K 12) and 4 (K 6).
+  t.push_back(make_case("bf16 K 12 (TP 2 down, 4-byte x), fixture rows", F::Bf16, S::BF16, fixture_rows, 72, 12, 1, 5, 3));
+  t.push_back(make_case("bf16 K 6 (TP 4 down, 4-byte x), N 72", F::Bf16, S::BF16, {4, 17, 0, 70, 1}, 72, 6, 1, 3, 2));
+  t.push_back(make_case("bf16 K 12, 2 parts of 12", F::Bf16, S::BF16, {0, 1, 66, 9}, 24, 12, 2, 0, 1));
+  t.push_back(make_case("bf16 K 6, 2 parts of 68 (N 136)", F::Bf16, S::BF16, {0, 1, 65, 7, 0, 2}, 136, 6, 2, 1, 0));
+  t.push_back(make_case("bf16 K 134 (3 steps, 4-byte x), odd N 41", F::Bf16, S::BF16, {30, 1, 0}, 41, 134, 1, 0, 2));
+  t.push_back(make_case("fp8 16x8 K 12 (4-byte x and codes), N 72", F::Fp8Block, S::F32, fixture_rows, 72, 12, 1, 0, 2));
+  t.back().br = 16;
+  t.back().bc = 8;
+  t.push_back(make_case("fp8 16x16 K 12, phases (3, 8), 2 parts of 36", F::Fp8Block, S::F32, {1, 0, 40}, 72, 12, 2, 2, 0));
+  t.back().br = 16;
+  t.back().bc = 16;
+  t.back().rp = 3;
+  t.back().cp = 8;
+  t.push_back(make_case("fp8 128x128 K 20 (4-byte x and codes)", F::Fp8Block, S::F32, {3, 64}, 40, 20, 1, 0, 0));
+  // x 4 bytes past 16-byte alignment, K % 8 == 0: x in 4-byte copies, weights in 16-byte ones.
+  t.push_back(make_case("bf16 K 64, x 4-byte aligned", F::Bf16, S::BF16, {3, 0, 65}, 40, 64, 2, 0, 1));
+  t.back().x_shift = 2;
+  t.push_back(make_case("int4 bf16 K 96, x 4-byte aligned", F::Int4Group, S::BF16, {1, 33}, 24, 96, 1, 0, 0));
+  t.back().x_shift = 2;
+  t.push_back(make_case("fp8 16x8 K 16, x 4-byte aligned", F::Fp8Block, S::F32, {20, 0, 1}, 72, 16, 1, 0, 0));
+  t.back().x_shift = 2;
+  t.back().br = 16;
+  t.back().bc = 8;
   // The decoders bit for bit: unit x rows.
   const std::size_t first_one_hot = t.size();
   t.push_back(make_case("one-hot int4 bf16 scales", F::Int4Group, S::BF16, {0, 128, 64}, 128, 128, 1, 0, 0));
@@ -376,6 +418,10 @@ std::vector<Case> cases() {
   t.back().rp = 3;
   t.back().cp = 8;
   t.push_back(make_case("one-hot bf16", F::Bf16, S::BF16, {64}, 64, 64, 1, 0, 0));
+  t.push_back(make_case("one-hot bf16 K 6 (4-byte x), 2 parts of 36", F::Bf16, S::BF16, {20, 0, 1, 45}, 72, 6, 2, 0, 0));
+  t.push_back(make_case("one-hot fp8 16x8 K 12 (4-byte x)", F::Fp8Block, S::F32, {70}, 64, 12, 1, 0, 0));
+  t.back().br = 16;
+  t.back().bc = 8;
   for (std::size_t i = first_one_hot; i < t.size(); ++i) t[i].one_hot = true;
   return t;
 }
@@ -407,7 +453,17 @@ int argument_checks() {
     w.part_rows = 64;
     return w;
   };
-  fails += expect_error("K not a multiple of 8", "multiple of 8", [&] { kernels::grouped_gemm(y, x, off, 2, 10, 64, 36, base(), nullptr); });
+  fails += expect_error("K odd", "multiple of 2", [&] {
+    kernels::GroupedWeights w = base();
+    w.format = GroupedFormat::Bf16;
+    kernels::grouped_gemm(y, x, off, 2, 10, 64, 7, w, nullptr);
+  });
+  fails += expect_error("INT4 K not a multiple of 8", "multiple of 8", [&] { kernels::grouped_gemm(y, x, off, 2, 10, 64, 36, base(), nullptr); });
+  fails += expect_error("FP8 K not a multiple of 4", "multiple of 4", [&] {
+    kernels::GroupedWeights w = base();
+    w.format = GroupedFormat::Fp8Block;
+    kernels::grouped_gemm(y, x, off, 2, 10, 64, 6, w, nullptr);
+  });
   fails += expect_error("parts that do not make N", "do not make N", [&] { kernels::grouped_gemm(y, x, off, 2, 10, 128, 64, base(), nullptr); });
   fails += expect_error("INT4 groups of 16", "groups of 16", [&] {
     kernels::GroupedWeights w = base();
@@ -433,8 +489,8 @@ int argument_checks() {
     w.col_phase = 8;
     kernels::grouped_gemm(y, x, off, 2, 10, 64, 64, w, nullptr);
   });
-  fails += expect_error("x not 16-byte aligned", "16-byte aligned", [&] {
-    kernels::grouped_gemm(y, reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t(0x20008)), off, 2, 10, 64, 64, base(),
+  fails += expect_error("x not 4-byte aligned", "4-byte aligned", [&] {
+    kernels::grouped_gemm(y, reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t(0x20002)), off, 2, 10, 64, 64, base(),
                           nullptr);
   });
   fails += expect_error("null offsets", "null pointer", [&] { kernels::grouped_gemm(y, x, nullptr, 2, 10, 64, 64, base(), nullptr); });
