@@ -537,11 +537,18 @@ void launch_as(const Grid& grid, __nv_bfloat16* y, const __nv_bfloat16* x, const
   launch<grouped_gemm_kernel<F, ST, V16, Fine, X16>>(grid, y, x, offsets, parts, a);
 }
 // The instance for x's copies: 16 bytes (x16: K % 8 == 0 and x 16-byte aligned) or 4.
+// x in 4-byte copies serves K % 8 != 0 only, which INT4 rows and 16-byte weight rows never have:
+// those instances are not compiled.
 template <GroupedFormat F, ScaleType ST, bool V16, bool Fine = false>
 void launch_x(bool x16, const Grid& grid, __nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* offsets,
               const GroupedWeightPart* parts, const Args& a) {
-  x16 ? launch_as<F, ST, V16, Fine, true>(grid, y, x, offsets, parts, a)
-      : launch_as<F, ST, V16, Fine, false>(grid, y, x, offsets, parts, a);
+  if constexpr (F == GroupedFormat::Int4Group || V16) {
+    LT_CHECK(x16, "grouped_gemm: internal: 16-byte weight rows without 16-byte x rows");
+    launch_as<F, ST, V16, Fine, true>(grid, y, x, offsets, parts, a);
+  } else {
+    x16 ? launch_as<F, ST, V16, Fine, true>(grid, y, x, offsets, parts, a)
+        : launch_as<F, ST, V16, Fine, false>(grid, y, x, offsets, parts, a);
+  }
 }
 
 }  // namespace
@@ -584,7 +591,8 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
   if (n == 0 || max_rows == 0) return;  // no rows: nothing to write
   LT_CHECK(y != nullptr && x != nullptr && offsets != nullptr && w.parts != nullptr,
            "grouped_gemm: null pointer argument");
-  LT_CHECK(aligned(x, 4), "grouped_gemm: x must be 4-byte aligned (16-byte aligned for the faster 16-byte copies)");
+  LT_CHECK(aligned(x, K % 8 == 0 ? 16 : 4), "grouped_gemm: x must be ", K % 8 == 0 ? 16 : 4,
+           "-byte aligned (16 when K % 8 == 0: its rows are read in 16-byte copies)");
   LT_CHECK(aligned(y, N % 2 == 0 ? 4 : 2), "grouped_gemm: y must be ", N % 2 == 0 ? 4 : 2, "-byte aligned");
   const std::int64_t blocks = grouped_gemm_blocks(n, max_rows, N);
   LT_CHECK(blocks <= kMaxInt32, "grouped_gemm: ", blocks, " blocks exceed a grid (n=", n, " max_rows=", max_rows,
@@ -606,7 +614,7 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
   };
   using GF = GroupedFormat;
   using S = ScaleType;
-  const bool x16 = K % 8 == 0 && aligned(x, 16);  // x rows in 16-byte copies (real models' K), else 4-byte
+  const bool x16 = K % 8 == 0;  // x rows in 16-byte copies (real models' K), else 4-byte
   switch (w.format) {
     case GF::Int4Group: {
       const Grid g = grid(smem_bytes<GF::Int4Group>());

@@ -82,7 +82,14 @@ Projection projection(const DeviceLayer& l, bool down) {
         return fail(cat("are FP8 in blocks of ", w.block_cols, " columns at phase ", w.col_phase,
                         " (the grouped GEMM takes multiples of 8)"));
     }
-    if (lin.in % 8 != 0) return fail(cat("have ", lin.in, " input features (the grouped GEMM takes multiples of 8)"));
+    // The grouped GEMM's K rule (kernels/grouped_gemm.cuh): INT4 rows of whole words, FP8 rows read
+    // 4 bytes at a time, bf16 rows 2 values at a time.
+    const std::int64_t k_multiple = w.format == kernels::GroupedFormat::Int4Group ? 8
+                                    : w.format == kernels::GroupedFormat::Fp8Block ? 4
+                                                                                   : 2;
+    if (lin.in % k_multiple != 0)
+      return fail(cat("have ", lin.in, " input features (the grouped GEMM takes multiples of ", k_multiple,
+                      " in this format)"));
     if (e == 0) {
       p.w = w;
     } else if (w.format != p.w.format || w.parts_per_expert != p.w.parts_per_expert || w.part_rows != p.w.part_rows ||
