@@ -48,9 +48,10 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "MoE models under --tp: 'experts' gives each rank whole routed experts (expert parallelism inside "
        "the group), 'intermediate' slices every expert along its intermediate size; shared experts and "
        "dense MLPs are always sliced")
-      ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens),
-       "tokens packed into one forward pass; a longer sample runs in chunks, the keys and values of "
-       "its earlier chunks kept")
+      ("max-batch-tokens", spelled(o.max_batch_tokens, "auto", parse_batch_tokens),
+       "tokens packed into one forward pass (1 to 16777216), or auto: the cuda backend the largest batch "
+       "its device plan fits, at most 65536; the cpu backend 8192. A longer sample runs in chunks, the "
+       "keys and values of its earlier chunks kept")
       ("max-sample-tokens", po::value(&o.max_sample_tokens)->default_value(o.max_sample_tokens),
        "the longest sample the run takes, which sizes the keys and values kept of a sample run in chunks "
        "(0 = the longest in the data); a longer sample is refused naming its line, and so is a value beyond "
@@ -135,8 +136,8 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
   }
   LT_CHECK(o.tp >= 1, "--tp must be at least 1, got ", o.tp);
   // Bounded so that every buffer sized from it (tokens x hidden x points x bytes) fits 64 bits.
-  LT_CHECK(o.max_batch_tokens > 0 && o.max_batch_tokens <= kMaxBatchTokens, "--max-batch-tokens must be in [1, ",
-           kMaxBatchTokens, "], got ", o.max_batch_tokens);
+  LT_CHECK(o.max_batch_tokens == kAutoBatchTokens || (o.max_batch_tokens > 0 && o.max_batch_tokens <= kMaxBatchTokens),
+           "--max-batch-tokens must be auto or in [1, ", kMaxBatchTokens, "], got ", o.max_batch_tokens);
   LT_CHECK(o.max_sample_tokens >= 0 && o.max_sample_tokens <= kMaxBatchTokens, "--max-sample-tokens must be in [0, ",
            kMaxBatchTokens, "], got ", o.max_sample_tokens);
   LT_CHECK(o.threads >= 0, "--threads must be 0 or positive, got ", o.threads);

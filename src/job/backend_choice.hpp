@@ -42,6 +42,12 @@ struct RankPlan {
   bool fits = true;  // the device plan fits (cpu: always)
 };
 
+// --max-batch-tokens auto: the cpu backend's batch (its speed does not grow with the batch), and the
+// most the cuda backend takes (beyond it the per-layer costs are amortized; the host's buffers
+// grow with it: Kimi-K2.5, 4 points, about 11 GiB per writing rank at 65536).
+inline constexpr int64_t kCpuBatchTokens = 8192;
+inline constexpr int64_t kAutoBatchCap = 65536;
+
 class BackendChoice {
  public:
   BackendChoice(const ModelConfig& cfg, const TpShard& shard) : cfg_(cfg), shard_(shard) {}
@@ -60,6 +66,10 @@ class BackendChoice {
   virtual std::string pre_read(const Checkpoint& ckpt) const = 0;
   // This rank's backend, its TP slice of the weights loaded (collective over the TP group).
   virtual std::unique_ptr<Backend> build(const Checkpoint& ckpt, MpiGroups& groups, const RankLoad& load) const = 0;
+  // --max-batch-tokens auto: the batch this backend takes, `load` as it will be but for its
+  // max_batch_tokens (cuda: the largest batch its device plan fits, at most kAutoBatchCap; cpu:
+  // kCpuBatchTokens). Collective over the world: every rank plans the same batches.
+  virtual int64_t auto_batch_tokens(MpiGroups& groups, const RankLoad& load) const = 0;
   // Whether this rank can run the backend now (cuda planned with --gpu-memory without a GPU: no).
   virtual bool runs_here() const { return true; }
   // Whether it runs a sample longer than --max-batch-tokens in chunks (model/packed_batch.hpp).

@@ -87,7 +87,8 @@ double peak_rss_mib() {
 // layout, dataset index and split, the backend, and the verdicts of the memory and space checks.
 struct RunPlan {
   explicit RunPlan(const ExtractOptions& options) : o(options) {}
-  const ExtractOptions& o;
+  ExtractOptions o;  // as given, --max-batch-tokens auto resolved once the backend and the data are known
+  bool auto_batch = false;  // it was auto
   Clock::time_point t_start = Clock::now();
   WorldLayout world;
   ModelConfig cfg;
@@ -106,7 +107,7 @@ struct RunPlan {
 // space, and (with --calibrate-batches) the time from a few batches of each group. Writes nothing.
 // Returns kExitDryRunRefused on every rank when a real run would refuse to start, after the whole
 // plan is printed; 0 otherwise.
-int dry_run(const RunPlan& run) {
+int dry_run(const RunPlan& run, MpiGroups& groups) {
   const ExtractOptions& o = run.o;
   const ModelConfig& cfg = run.cfg;
   const CapturePlan& plan = run.plan;
@@ -122,7 +123,8 @@ int dry_run(const RunPlan& run) {
   report << "dataset     " << o.data << ": " << index.samples.size() << " samples, " << index.total_tokens()
          << " tokens, indexed and planned in " << fixed(seconds_since(run.t_start), 2) << " s\n";
   report << "layout      world " << world.world_size << " = " << world.dp << " data-parallel groups x tp " << world.tp
-         << ", backend " << backend_choice.name() << ", batches of up to " << o.max_batch_tokens << " tokens\n";
+         << ", backend " << backend_choice.name() << ", batches of up to " << o.max_batch_tokens << " tokens"
+         << (run.auto_batch ? " (--max-batch-tokens auto)" : "") << "\n";
   int64_t most_tokens = 0;
   for (std::size_t g = 0; g < run.group_ranges.size(); ++g) {
     const auto [first, last] = run.group_ranges[g];
@@ -163,7 +165,6 @@ int dry_run(const RunPlan& run) {
 
   // Each rank's memory plan (and, with --read-weights, its pre-read), in rank order.
   const Checkpoint ckpt(checkpoint_files(o.model));
-  MpiGroups groups(world);
   const RankPlan rank_plan = backend_choice.describe_plan(ckpt, groups, run.load);
   const std::vector<std::string> plans = gather_strings(
       cat("rank ", world.world_rank, " (group ", world.dp_rank, ", tp rank ", world.tp_rank, ")\n", rank_plan.text));
@@ -234,8 +235,9 @@ int dry_run(const RunPlan& run) {
 
 }  // namespace
 
-int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
-  RunPlan run(o);
+int run_extract(const ExtractOptions& options, const MpiEnv& mpi) {
+  RunPlan run(options);
+  const ExtractOptions& o = run.o;
   const auto t_start = run.t_start;
   install_stop_handlers();
   // Until the batch loop, a stop signal ends the run at once (stop_point, polled collectives).
@@ -281,9 +283,6 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   run.index = share_dataset_index(
       o.data, cfg, o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())), lead);
   const io::DatasetIndex& index = run.index;
-  check_sample_lengths(index, o.data,
-                       {o.max_batch_tokens, backend_choice.chunks_long_samples(), cfg.max_position_embeddings,
-                        o.max_sample_tokens});
   if (lead)
     log_info("dataset ", o.data, " indexed in ", seconds_since(t_start), " s: ", index.samples.size(), " samples, ",
              index.total_tokens(), " tokens");
@@ -302,6 +301,20 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   run.load = RankLoad{o.max_batch_tokens, o.max_sample_tokens > 0 ? o.max_sample_tokens : group_longest,
                       int64_t(plan.points.size()),
                       group_tokens * 5 + int64_t(last_sample - first_sample) * 128, o.gpu_memory_gib};
+  MpiGroups groups(world);
+  if (o.max_batch_tokens == kAutoBatchTokens) {
+    run.auto_batch = true;
+    run.o.max_batch_tokens = run.load.max_batch_tokens = backend_choice.auto_batch_tokens(groups, run.load);
+    if (lead)
+      log_info("--max-batch-tokens auto: ", o.max_batch_tokens, " tokens per batch (",
+               std::string(backend_choice.name()) == "cuda"
+                   ? cat("the largest the device plan fits, at most ", kAutoBatchCap)
+                   : std::string("the cpu backend's"),
+               ")");
+  }
+  check_sample_lengths(index, o.data,
+                       {o.max_batch_tokens, backend_choice.chunks_long_samples(), cfg.max_position_embeddings,
+                        o.max_sample_tokens});
   run.host_problem = host_memory_problem(backend_choice, run.load);  // collective
   LT_CHECK(o.dry_run || run.host_problem.empty(), run.host_problem);
   if (lead)  // after the checks that can fail: a warning must not precede an unrelated error
@@ -311,7 +324,7 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   run.projected_bytes = projected_output_bytes(run.output, world.dp, o.shard_size_mib << 20);
   const int64_t projected = run.projected_bytes;
   phase.enter("planning (--dry-run)");
-  if (o.dry_run) return dry_run(run);
+  if (o.dry_run) return dry_run(run, groups);
   run_on_world_root(lead, [&] {
     const int64_t available = available_bytes(o.out, o.resume || o.overwrite);
     LT_CHECK(o.ignore_free_space || projected <= available, "the output will take about ", human_bytes(projected),
@@ -343,7 +356,6 @@ int run_extract(const ExtractOptions& o, const MpiEnv& mpi) {
   const std::string stem = world.dp > 1 ? "shard-g" + zero_pad(world.dp_rank, 3) : "shard";
   std::vector<io::ShardInfo> kept;
   json skipped = json::array();
-  MpiGroups groups(world);
   int64_t done = 0;  // samples of `mine` already in kept shards (or skipped before them)
   if (world.is_writer() && state == OutputState::Resume) {
     // The group's own samples: a kept shard must start at the first of them and stay inside.

@@ -1,5 +1,7 @@
 #include "job/extract_options.hpp"
 
+#include <charconv>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -26,6 +28,15 @@ NonFinitePolicy parse_nonfinite_policy(const std::string& s) {
   if (s == "fail") return NonFinitePolicy::Fail;
   if (s == "skip") return NonFinitePolicy::Skip;
   LT_FAIL("--on-nonfinite must be fail or skip, got '", s, "'");
+}
+
+int64_t parse_batch_tokens(const std::string& s) {
+  if (s == "auto") return kAutoBatchTokens;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  LT_CHECK(ec == std::errc() && end == s.data() + s.size() && v > 0, "--max-batch-tokens must be auto or a positive "
+           "integer, got '", s, "'");
+  return v;
 }
 
 const char* nonfinite_policy_name(NonFinitePolicy p) { return p == NonFinitePolicy::Skip ? "skip" : "fail"; }

@@ -18,7 +18,11 @@ const char* backend_request_name(BackendRequest b);
 
 enum class NonFinitePolicy { Fail, Skip };  // --on-nonfinite: a sample with NaN/Inf states
 NonFinitePolicy parse_nonfinite_policy(const std::string& s);  // "fail" | "skip"
+// "auto" (kAutoBatchTokens) or a positive integer; the range is checked with the other options.
+int64_t parse_batch_tokens(const std::string& s);
 const char* nonfinite_policy_name(NonFinitePolicy p);
+
+inline constexpr int64_t kAutoBatchTokens = 0;  // --max-batch-tokens auto
 
 struct ExtractOptions {
   std::string model;             // Hugging Face model directory
@@ -28,7 +32,9 @@ struct ExtractOptions {
   BackendRequest backend = BackendRequest::Auto;
   int tp = 1;                    // tensor-parallel group size; world size / tp data-parallel groups
   MoeSplit moe_split = MoeSplit::Experts;  // routed experts over the TP group
-  int64_t max_batch_tokens = 8192;
+  // Tokens per forward pass; kAutoBatchTokens: chosen by the backend (BackendChoice::auto_batch_tokens)
+  // once the job knows the device and the data, before any batch is planned.
+  int64_t max_batch_tokens = kAutoBatchTokens;
   int64_t max_sample_tokens = 0;  // the longest sample taken (sizes the kept keys and values); 0: the data's longest
   int threads = 0;               // OpenBLAS threads per rank; 0 = library default
   DType store_dtype = DType::BF16;  // BF16 | F32 | F8_E4M3

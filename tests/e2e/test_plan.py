@@ -122,6 +122,14 @@ class Plan(unittest.TestCase):
         self.assertEqual(r.stdout.count("kept K/V   for samples of up to 65536 tokens"), 8, r.stdout)
         self.assertEqual(re.findall(r"and kept K/V ([0-9.]+) GiB", r.stdout),
                          [f"{65535 * per_position / 2**30:.2f}"] * 8, r.stdout)
+        # --max-batch-tokens auto (the default) on a 20 GiB card: the largest batch every rank's plan
+        # fits beside the weights and the kept latents, below the cap of 65536, and it fits.
+        r = self.extract(model, "--gpu-memory", "20", "--calibrate-batches", "0")
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        got = re.search(r"batches of up to ([0-9]+) tokens \(--max-batch-tokens auto\)", r.stdout)
+        self.assertIsNotNone(got, r.stdout[-3000:])
+        self.assertTrue(4096 < int(got.group(1)) < 65536, got.group(0))
+        self.assertEqual([v for _, _, v, _ in self.device_lines(r.stdout)], ["fits"] * 8)
         r = self.extract(model, "--gpu-memory", "79", "--max-sample-tokens", "300000")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--max-sample-tokens 300000 is more than the model's max_position_embeddings 262144", r.stderr)

@@ -175,6 +175,9 @@ class SimulatedGpu(unittest.TestCase):
                     env=dict(ENV, LAYERTAP_SIM_DEVICES="0"))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("(16777216 tokens per batch, the most --max-batch-tokens allows, would fit)", r.stdout)
+        # --max-batch-tokens auto (the default): the largest batch the plan fits, at most 65536.
+        self.assertIn("batches of up to 65536 tokens (--max-batch-tokens auto)", r.stdout)
+
 
     def test_samples_longer_than_a_batch_run_in_chunks(self):
         # golden.jsonl holds samples of 19, 1, 61, 7 and 33 tokens: batches of 16 tokens run three
