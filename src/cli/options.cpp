@@ -50,8 +50,8 @@ ParseOutcome parse_extract_options(const std::vector<std::string>& args, Extract
        "dense MLPs are always sliced")
       ("max-batch-tokens", spelled(o.max_batch_tokens, "auto", parse_batch_tokens),
        "tokens packed into one forward pass (1 to 16777216), or auto: the cuda backend the largest batch "
-       "its device plan fits, at most 65536; the cpu backend 8192. A longer sample runs in chunks, the "
-       "keys and values of its earlier chunks kept")
+       "its device plan and the host's memory fit, at most 65536; the cpu backend 8192. A longer sample "
+       "runs in chunks, the keys and values of its earlier chunks kept")
       ("max-sample-tokens", po::value(&o.max_sample_tokens)->default_value(o.max_sample_tokens),
        "the longest sample the run takes, which sizes the keys and values kept of a sample run in chunks "
        "(0 = the longest in the data); a longer sample is refused naming its line, and so is a value beyond "

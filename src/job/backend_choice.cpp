@@ -69,4 +69,16 @@ std::string host_memory_problem(const BackendChoice& backend, const RankLoad& lo
   return "";
 }
 
+int64_t auto_batch_tokens(const BackendChoice& backend, MpiGroups& groups, const RankLoad& load) {
+  RankLoad at = load;
+  at.max_batch_tokens = backend.device_batch_tokens(groups, load);
+  const int64_t ranks = node_position().size, have = host_memory_bytes();
+  RankLoad one = at;
+  one.max_batch_tokens = 1;
+  // Only where the batch is what does not fit: else host_memory_problem says what does.
+  if (backend.host_plan(one).total() <= have / ranks)
+    while (at.max_batch_tokens > 1 && backend.host_plan(at).total() > have / ranks) at.max_batch_tokens /= 2;
+  return -max_over_ranks(-at.max_batch_tokens);
+}
+
 }  // namespace layertap::job

@@ -66,10 +66,11 @@ class BackendChoice {
   virtual std::string pre_read(const Checkpoint& ckpt) const = 0;
   // This rank's backend, its TP slice of the weights loaded (collective over the TP group).
   virtual std::unique_ptr<Backend> build(const Checkpoint& ckpt, MpiGroups& groups, const RankLoad& load) const = 0;
-  // --max-batch-tokens auto: the batch this backend takes, `load` as it will be but for its
-  // max_batch_tokens (cuda: the largest batch its device plan fits, at most kAutoBatchCap; cpu:
-  // kCpuBatchTokens). Collective over the world: every rank plans the same batches.
-  virtual int64_t auto_batch_tokens(MpiGroups& groups, const RankLoad& load) const = 0;
+  // The batch this backend would take under --max-batch-tokens auto, as far as its device goes
+  // (`load` as it will be but for max_batch_tokens; cuda: the largest batch its device plan fits,
+  // at most kAutoBatchCap; cpu: kCpuBatchTokens). Collective over the TP group. auto_batch_tokens
+  // bounds it by the host too.
+  virtual int64_t device_batch_tokens(MpiGroups& groups, const RankLoad& load) const = 0;
   // Whether this rank can run the backend now (cuda planned with --gpu-memory without a GPU: no).
   virtual bool runs_here() const { return true; }
   // Whether it runs a sample longer than --max-batch-tokens in chunks (model/packed_batch.hpp).
@@ -96,6 +97,11 @@ std::unique_ptr<BackendChoice> choose_backend(BackendRequest requested, const Mo
 // on each node can hold what their backend keeps on the host, else the message (with the numbers
 // and what to change) that a real run stops with; --dry-run reports it and goes on.
 std::string host_memory_problem(const BackendChoice& backend, const RankLoad& load);
+
+// --max-batch-tokens auto: the backend's device_batch_tokens, lowered until every rank's host plan
+// fits the host's memory as host_memory_problem counts it (halving, not below 1); the smallest over
+// all ranks, so every rank plans the same batches. Collective over the world.
+int64_t auto_batch_tokens(const BackendChoice& backend, MpiGroups& groups, const RankLoad& load);
 
 std::string gb_per_s(int64_t bytes, double seconds);  // "1.23 GB/s", or "-" for no time
 

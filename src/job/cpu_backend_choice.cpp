@@ -19,7 +19,7 @@ class CpuBackendChoice final : public BackendChoice {
 
   const char* name() const override { return "cpu"; }
   bool chunks_long_samples() const override { return true; }
-  int64_t auto_batch_tokens(MpiGroups&, const RankLoad&) const override { return kCpuBatchTokens; }
+  int64_t device_batch_tokens(MpiGroups&, const RankLoad&) const override { return kCpuBatchTokens; }
 
   // Float32 weights and a batch's activations (an estimate: the captured states and a few working
   // rows of the widest layer part, in float32).

@@ -121,16 +121,15 @@ class CudaBackendChoice final : public BackendChoice {
   bool chunks_long_samples() const override { return true; }
 
   // The largest batch the device plan of this rank fits (the config's shape: the checkpoint is not
-  // open yet), at most kAutoBatchCap, the smallest over all ranks; when not even the weights fit,
-  // kCpuBatchTokens (the plan's check then says what does not fit).
-  int64_t auto_batch_tokens(MpiGroups& groups, const RankLoad& load) const override {
+  // open yet), at most kAutoBatchCap; when not even the weights fit, kCpuBatchTokens (the plan's
+  // check then says what does not fit).
+  int64_t device_batch_tokens(MpiGroups& groups, const RankLoad& load) const override {
     RankLoad at_cap = load;
     at_cap.max_batch_tokens = kAutoBatchCap;
     const cuda::CudaBackendOptions o = options(at_cap);
     const cuda::MemoryPlan m = cuda::plan_memory(cuda::LocalShape::of(cfg_, shard_, cuda::PackedSource::Config), o);
     const int64_t most = cuda::max_tokens_that_fit(m, planned_device_budget(shard_, groups, load).free, o);
-    const int64_t mine = most > 0 ? std::min(most, kAutoBatchCap) : kCpuBatchTokens;
-    return -max_over_ranks(-mine);
+    return most > 0 ? std::min(most, kAutoBatchCap) : kCpuBatchTokens;
   }
 
   // Nothing of the weights; the loader's ring, the pinned batch and capture buffers (the latter on

@@ -304,11 +304,11 @@ int run_extract(const ExtractOptions& options, const MpiEnv& mpi) {
   MpiGroups groups(world);
   if (o.max_batch_tokens == kAutoBatchTokens) {
     run.auto_batch = true;
-    run.o.max_batch_tokens = run.load.max_batch_tokens = backend_choice.auto_batch_tokens(groups, run.load);
+    run.o.max_batch_tokens = run.load.max_batch_tokens = auto_batch_tokens(backend_choice, groups, run.load);
     if (lead)
       log_info("--max-batch-tokens auto: ", o.max_batch_tokens, " tokens per batch (",
                std::string(backend_choice.name()) == "cuda"
-                   ? cat("the largest the device plan fits, at most ", kAutoBatchCap)
+                   ? cat("the largest the device plan and the host's memory fit, at most ", kAutoBatchCap)
                    : std::string("the cpu backend's"),
                ")");
   }

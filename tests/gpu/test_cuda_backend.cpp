@@ -364,7 +364,7 @@ HostRouting reference_routing(const ModelConfig& c, const ModelWeights& w, const
       const cpu::Routing route = cpu::route(*c.moe, *moe, h.data(), T, H);
       r.experts[std::size_t(i)] = route.experts;
       r.weights[std::size_t(i)] = route.weights;
-      cpu::moe_ffn(*c.moe, *moe, route, h.data(), T, H, delta.data());
+      cpu::moe_ffn(*moe, route, h.data(), T, H, delta.data());
     } else {
       cpu::mlp(std::get<MlpWeights>(l.ffn), h.data(), T, delta.data());
     }

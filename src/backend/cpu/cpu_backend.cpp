@@ -87,7 +87,7 @@ void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
             !why.empty())
           implausible_ = cat("layer ", layer, ", ", why);
     }
-    cpu::moe_ffn(*c_.moe, *moe, r, h, T, H, out);
+    cpu::moe_ffn(*moe, r, h, T, H, out);
     routing_[std::size_t(layer)] = std::move(r);
   } else {
     cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out);

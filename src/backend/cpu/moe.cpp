@@ -250,8 +250,7 @@ std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const fl
   return "";
 }
 
-void moe_ffn(const MoeConfig& m, const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H,
-             float* out) {
+void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H, float* out) {
   std::fill(out, out + T * H, 0.0f);
   // The (token, weight) pairs routed to each expert this rank holds, in token order.
   const int64_t held = int64_t(w.experts.size());

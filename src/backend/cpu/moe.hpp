@@ -39,7 +39,6 @@ std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const fl
 
 // out [T, H] = this rank's share of the MoE block for h [T, H] routed by `r`: the routed experts
 // it holds, weighted, plus its slice of the shared experts. The caller's all-reduce sums the shares.
-void moe_ffn(const MoeConfig& m, const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H,
-             float* out);
+void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H, float* out);
 
 }  // namespace layertap::cpu
