@@ -124,12 +124,21 @@ class CudaBackendChoice final : public BackendChoice {
   // open yet), at most kAutoBatchCap; when not even the weights fit, kCpuBatchTokens (the plan's
   // check then says what does not fit).
   int64_t device_batch_tokens(MpiGroups& groups, const RankLoad& load) const override {
-    RankLoad at_cap = load;
-    at_cap.max_batch_tokens = kAutoBatchCap;
-    const cuda::CudaBackendOptions o = options(at_cap);
-    const cuda::MemoryPlan m = cuda::plan_memory(cuda::LocalShape::of(cfg_, shard_, cuda::PackedSource::Config), o);
-    const int64_t most = cuda::max_tokens_that_fit(m, planned_device_budget(shard_, groups, load).free, o);
-    return most > 0 ? std::min(most, kAutoBatchCap) : kCpuBatchTokens;
+    const std::size_t free = planned_device_budget(shard_, groups, load).free;
+    const cuda::LocalShape shape = cuda::LocalShape::of(cfg_, shard_, cuda::PackedSource::Config);
+    // A smaller batch can need more: the keys and values kept of a sample longer than it. So the
+    // plan is made again at each candidate until one fits.
+    RankLoad at = load;
+    at.max_batch_tokens = kAutoBatchCap;
+    for (int tries = 0; tries < 8; ++tries) {
+      const cuda::CudaBackendOptions o = options(at);
+      const cuda::MemoryPlan m = cuda::plan_memory(shape, o);
+      if (cuda::device_bytes_needed(m) <= free) return at.max_batch_tokens;
+      const int64_t most = cuda::max_tokens_that_fit(m, free, o);
+      if (most <= 0) break;
+      at.max_batch_tokens = std::min(most, at.max_batch_tokens - 1);
+    }
+    return kCpuBatchTokens;
   }
 
   // Nothing of the weights; the loader's ring, the pinned batch and capture buffers (the latter on
