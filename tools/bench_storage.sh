@@ -16,6 +16,11 @@
 # tokenizers, h5py, numpy and hdf5plugin), SAMPLES (300), REPEAT (3: the states are written this
 # many times over, for long enough runs), REPS (3), THREADS (0 = automatic), OPTIONS (bench_storage
 # --options), EXTRACT_THREADS (2).
+#
+# The write path alone, without a model (synthetic bf16 states; docs/FORMAT.md, "Measured",
+# "The write path alone"): cmake --build build --target bench_storage, then
+#   build/src/io/bench_storage --synthetic-hidden 7168 --points 4 --tokens 98304 --batch-tokens 8192 \
+#     --options bf16:none,fp8:none,bf16:zstd:1,fp8:zstd:1 --reps 5 --rate 0 --scratch DIR  (--rate 30000: paced)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: bench_storage.sh MODEL_DIR [WORK_DIR]}
