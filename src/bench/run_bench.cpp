@@ -23,8 +23,6 @@ namespace layertap {
 
 namespace {
 
-std::string gib(std::size_t bytes) { return fixed(double(bytes) / double(std::size_t(1) << 30), 2) + " GiB"; }
-
 // What the dense and the MoE report share: the model as built, its capture plans, the backend.
 struct Run {
   const BenchOptions& o;

@@ -36,6 +36,8 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
+std::string gib(std::size_t bytes) { return fixed(double(bytes) / double(std::size_t(1) << 30), 2) + " GiB"; }
+
 std::string excerpt(std::string_view s, std::size_t max_chars) {
   if (s.size() <= max_chars) return std::string(s);
   return std::string(s.substr(0, max_chars)) + "... (" + std::to_string(s.size()) + " bytes)";

@@ -1,5 +1,6 @@
 // Small text formatting shared by the commands' logs and reports.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -17,6 +18,8 @@ std::string zero_pad(int64_t value, int width);
 
 // `v` with `digits` digits after the point: fixed(2.345, 1) = "2.3".
 std::string fixed(double v, int digits);
+// `bytes` in GiB with two decimals: gib(3 << 29) = "1.50 GiB".
+std::string gib(std::size_t bytes);
 
 // `s` when at most `max_chars` long, else its first `max_chars` characters followed by
 // "... (N bytes)": user data quoted in an error message stays readable however large it is.

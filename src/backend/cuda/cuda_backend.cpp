@@ -13,6 +13,7 @@
 #include "backend/cuda/grouped_experts.hpp"
 #include "backend/cuda/load_plan.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "model/routing_record.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/cuda_check.hpp"
@@ -61,12 +62,6 @@ std::size_t distinct_points(const CapturePlan& plan) {
   for (const CapturePoint& p : plan.points) ids.push_back(p.id);
   std::sort(ids.begin(), ids.end());
   return std::size_t(std::unique(ids.begin(), ids.end()) - ids.begin());
-}
-
-std::string gib(std::size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(std::size_t(1) << 30));
-  return buf;
 }
 
 }  // namespace

@@ -13,11 +13,6 @@
 namespace layertap::cuda {
 
 namespace {
-std::string gib(std::size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(std::size_t(1) << 30));
-  return buf;
-}
 // "layer 3's packed weights other than routed experts + 6 routed experts at a time, 84.0 MiB each,
 // expanded to bf16"
 std::string scratch_parts(const MemoryPlan& p) {
