@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "core/backend_names.hpp"
 #include "core/error.hpp"
 #include "core/regular_file.hpp"
 #include "core/text.hpp"
@@ -193,8 +194,8 @@ Manifest read_manifest(const fs::path& dir) {
     const json& run = raw.at("run");
     RunSummary& r = m.run;
     // The backend decides verify's bound: checked. The rest is shown only.
-    r.backend = JsonFields(run, path.string() + " (run)").string_or("backend", "cpu");
-    LT_CHECK(r.backend == "cpu" || r.backend == "cuda", path.string(), ": run.backend '", excerpt(r.backend),
+    r.backend = JsonFields(run, path.string() + " (run)").string_or("backend", std::string(kCpuBackend));
+    LT_CHECK(r.backend == kCpuBackend || r.backend == kCudaBackend, path.string(), ": run.backend '", excerpt(r.backend),
              "' is not cpu or cuda");
     r.command = shown_text(run, "command");
     r.layertap_version = shown_text(run, "layertap_version");

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/backend_names.hpp"
 #include "io/fp8_storage.hpp"
 #include "io/shard_writer.hpp"  // ShardInfo, kFormatVersion
 
@@ -30,7 +31,7 @@ struct SkippedSample {  // --on-nonfinite skip
 
 // How the output was made ("run"); shown by inspect, not checked.
 struct RunSummary {
-  std::string command, layertap_version, created, backend = "cpu", moe_split, stopped_by;
+  std::string command, layertap_version, created, backend = std::string(kCpuBackend), moe_split, stopped_by;
   int64_t world_size = -1, tp = -1, dp = -1, max_batch_tokens = -1;  // -1: not recorded
   double seconds = -1, tokens_per_s = -1, peak_rss_mib_max = -1;
 };

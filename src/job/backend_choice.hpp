@@ -12,6 +12,7 @@
 
 #include "backend/backend.hpp"
 #include "comm/mpi_groups.hpp"
+#include "core/backend_names.hpp"
 #include "job/extract_options.hpp"
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
@@ -55,7 +56,7 @@ class BackendChoice {
   BackendChoice(const BackendChoice&) = delete;
   BackendChoice& operator=(const BackendChoice&) = delete;
 
-  virtual const char* name() const = 0;  // "cpu" | "cuda", as the manifest records it
+  virtual const char* name() const = 0;  // kCpuBackend | kCudaBackend (core/backend_names.hpp)
   // What this rank keeps on the host (cpu: the float32 weight slices; cuda: no weights).
   virtual HostPlan host_plan(const RankLoad& load) const = 0;
   // --dry-run's plan of this rank (cuda: the device plan by part and NCCL's buffers; both: the

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "core/backend_names.hpp"
 #include "core/checked.hpp"
 #include "core/host_memory.hpp"
 #include "core/text.hpp"
@@ -17,7 +18,7 @@ class CpuBackendChoice final : public BackendChoice {
  public:
   using BackendChoice::BackendChoice;
 
-  const char* name() const override { return "cpu"; }
+  const char* name() const override { return kCpuBackend.data(); }
   bool chunks_long_samples() const override { return true; }
   int64_t device_batch_tokens(MpiGroups&, const RankLoad&) const override { return kCpuBatchTokens; }
 

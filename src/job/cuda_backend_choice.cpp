@@ -12,6 +12,7 @@
 #include "backend/cuda/memory_plan.hpp"
 #include "backend/cuda/weight_loader.hpp"
 #include "comm/nccl_comm.hpp"
+#include "core/backend_names.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
@@ -117,7 +118,7 @@ class CudaBackendChoice final : public BackendChoice {
  public:
   using BackendChoice::BackendChoice;
 
-  const char* name() const override { return "cuda"; }
+  const char* name() const override { return kCudaBackend.data(); }
   bool chunks_long_samples() const override { return true; }
 
   // The largest batch the device plan of this rank fits (the config's shape: the checkpoint is not

@@ -18,6 +18,7 @@
 #include "comm/mpi_groups.hpp"
 #include "comm/sharding.hpp"
 #include "comm/world_layout.hpp"
+#include "core/backend_names.hpp"
 #include "core/buffer_pool.hpp"
 #include "core/digest.hpp"
 #include "core/failpoint.hpp"
@@ -307,7 +308,7 @@ int run_extract(const ExtractOptions& options, const MpiEnv& mpi) {
     run.o.max_batch_tokens = run.load.max_batch_tokens = auto_batch_tokens(backend_choice, groups, run.load);
     if (lead)
       log_info("--max-batch-tokens auto: ", o.max_batch_tokens, " tokens per batch (",
-               std::string(backend_choice.name()) == "cuda"
+               backend_choice.name() == kCudaBackend
                    ? cat("the largest the device plan and the host's memory fit, at most ", kAutoBatchCap)
                    : std::string("the cpu backend's"),
                ")");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/backend_names.hpp"
 #include "core/state_compare.hpp"
 #include "core/error.hpp"  // cat
 #include "core/text.hpp"
@@ -22,7 +23,7 @@ SampleRecompute::SampleRecompute(const Checkpoint& ckpt, const ModelConfig& cfg,
     : vocab_size_(cfg.vocab_size),
       hidden_(cfg.hidden_size),
       storage_dtype_(m.storage_dtype),
-      cuda_output_(m.run.backend == "cuda"),
+      cuda_output_(m.run.backend == kCudaBackend),
       backend_(cfg, load_weights(ckpt, cfg, TpShard{}), comm_) {
   plan_.request = m.capture_request;
   plan_.num_layers = cfg.num_layers;

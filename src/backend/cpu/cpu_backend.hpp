@@ -9,6 +9,7 @@
 #include "backend/cpu/moe.hpp"
 #include "backend/cpu/ops.hpp"
 #include "comm/tp_comm.hpp"
+#include "core/backend_names.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights.hpp"
 
@@ -18,7 +19,7 @@ class CpuBackend final : public Backend {
  public:
   // `comm` is this rank's tensor-parallel group; the weights must be this rank's slice.
   CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm);
-  std::string name() const override { return "cpu"; }
+  std::string name() const override { return std::string(kCpuBackend); }
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
                                               DType dtype) override;
   std::vector<int16_t> routed_experts() const override;

@@ -23,6 +23,7 @@
 #include "backend/cuda/memory_plan.hpp"
 #include "backend/cuda/weight_loader.hpp"
 #include "backend/cuda/workspace.hpp"
+#include "core/backend_names.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights.hpp"
 
@@ -50,7 +51,7 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  std::string name() const override { return "cuda"; }
+  std::string name() const override { return std::string(kCudaBackend); }
   // Backend::forward; a plan without points runs the forward pass alone (benchmark baseline).
   // Every rank of the tensor-parallel group must call it with the same batch.
   std::vector<std::vector<std::byte>> forward(const PackedBatch& batch, const CapturePlan& plan,
