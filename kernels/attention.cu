@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "cuda_check.hpp"
 #include "launch.cuh"
+#include "tensor_core.cuh"
 
 namespace layertap::kernels {
 namespace {
@@ -132,40 +133,6 @@ constexpr int kKeys = 64;       // keys per tile
 constexpr int kPad = 8;         // bf16 of padding per shared row: conflict-free fragment loads
 
 static_assert(kFlashWarps * 16 == kFlashTile, "each warp owns 16 query rows");
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                               std::uint32_t b1) {
-#if defined(LAYERTAP_CUDA_SIM)
-  ::layertap::sim::mma_m16n8k16_bf16_f32(d, a, b0, b1);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();  // the launcher refuses devices below sm_80
-#endif
-}
-
-// Four 8x8 bf16 matrices, transposed: lane l gives the shared address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const __nv_bfloat16* row_ptr) {
-#if defined(LAYERTAP_CUDA_SIM)
-  ::layertap::sim::ldmatrix_x4_trans(r, row_ptr);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const auto addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(row_ptr));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#else
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo in the low 16 bits
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
 
 __device__ __forceinline__ std::uint32_t load_u32(const __nv_bfloat16* p) {
   return *reinterpret_cast<const std::uint32_t*>(p);
@@ -297,9 +264,9 @@ __global__ void __launch_bounds__(kFlashThreads)
     // O (16 x VD per warp) += P V: P's accumulator layout is the A layout of keys 16 at a time.
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const std::uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                   pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const std::uint32_t pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                                   pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int nd = 0; nd < kND; nd += 2) {
         // Matrices: (keys +0..7, dims nd), (keys +8..15, dims nd), (+0..7, nd+1), (+8..15, nd+1);
@@ -307,7 +274,7 @@ __global__ void __launch_bounds__(kFlashThreads)
         const int mat = lane / 8;
         const __nv_bfloat16* vp = &vs[kk * 16 + (mat % 2) * 8 + lane % 8][(nd + mat / 2) * 8];
         std::uint32_t b[4];
-        ldmatrix_x4_trans(b, vp);
+        ldmatrix_x4<true>(b, vp);
         mma_bf16_16816(o[nd], pa, b[0], b[1]);
         mma_bf16_16816(o[nd + 1], pa, b[2], b[3]);
       }
@@ -323,10 +290,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int nd = 0; nd < kND; ++nd) {
     const int col = nd * 8 + 2 * c;
     if (r0 < q1) {
-      *reinterpret_cast<std::uint32_t*>(ctx + r0 * hq * VD + h * VD + col) = pack_bf16(o[nd][0] / l0, o[nd][1] / l0);
+      *reinterpret_cast<std::uint32_t*>(ctx + r0 * hq * VD + h * VD + col) = pack_bf16x2(o[nd][0] / l0, o[nd][1] / l0);
     }
     if (r1 < q1) {
-      *reinterpret_cast<std::uint32_t*>(ctx + r1 * hq * VD + h * VD + col) = pack_bf16(o[nd][2] / l1, o[nd][3] / l1);
+      *reinterpret_cast<std::uint32_t*>(ctx + r1 * hq * VD + h * VD + col) = pack_bf16x2(o[nd][2] / l1, o[nd][3] / l1);
     }
   }
 }

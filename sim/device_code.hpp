@@ -40,7 +40,7 @@ void sync_warp(unsigned mask);
 std::uint32_t shfl_xor_u32(unsigned mask, std::uint32_t value, int lane_mask, int width);
 unsigned ballot(unsigned mask, bool predicate);
 
-// The tensor-core instructions kernels/attention.cu and grouped_gemm.cu use, emulated from the PTX
+// The tensor-core instructions kernels/tensor_core.cuh wraps (for attention.cu, grouped_gemm.cu), emulated from the PTX
 // ISA's fragment layouts (warp collectives: every lane passes its fragments, each receives its own result).
 //   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d (16x8 f32) += a (16x16) * b (16x8)
 void mma_m16n8k16_bf16_f32(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
@@ -48,7 +48,6 @@ void mma_m16n8k16_bf16_f32(float (&d)[4], const std::uint32_t (&a)[4], std::uint
 //   gives the address of row j of matrix i (lanes 8 * count and up give none); register i of lane l
 //   receives matrix i's (row l / 4, columns 2 (l % 4), +1), or with .trans (rows 2 (l % 4), +1; column l / 4)
 void ldmatrix(std::uint32_t* r, int count, bool trans, const void* row_address);
-inline void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row_address) { ldmatrix(r, 4, true, row_address); }
 
 // cp.async (sm_80; not a collective: per thread, in its own order):
 //   cp.async.{ca,cg}.shared.global [dst], [src], cp_size, src_size: cp_size bytes (4, 8, 16; both
