@@ -214,7 +214,9 @@ class Resilience(unittest.TestCase):
                                    log_level="info")
                 if timeout:
                     cmd[1:1] = ["--mca", "odls_base_sigkill_timeout", str(timeout)]
-                proc, log = start(cmd)
+                # Batches slowed to 50 ms (a delay failpoint): the run outlasts mpirun's forwarding of
+                # the stop however fast the machine (unslowed, a quiet one finished the whole job first).
+                proc, log = start(cmd, "forward:1:delay=50")
                 sent = time.monotonic()
                 os.killpg(proc.pid, signal.SIGINT)
                 log = finish(proc, log)
