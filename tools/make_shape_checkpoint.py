@@ -15,8 +15,13 @@ tensor's dtype), every norm weight holds 1.0 and every `e_score_correction_bias`
 else is a hole. Note that --fill-scales writes the scales for real: about 1.06 GB per Kimi-K2.5
 MoE layer (64 GB for the full model), 2.7 MB per DeepSeek-V3 MoE layer.
 
-Built-in layouts (--arch) are config dicts fed to the same generator as --config: Llama, Mistral,
-Qwen2, Qwen3 (dense), Qwen3-MoE, DeepseekV3 (incl. Kimi-K2 and the MTP layers of
+Built-in layouts (--arch), config dicts of published models fed to the same generator as --config:
+kimi-k2.5 (INT4 experts), deepseek-v3 (FP8, 1 MTP layer), llama-3.1-70b, mixtral-8x7b
+(mistralai/Mixtral-8x7B-v0.1), glm-4.5 (zai-org/GLM-4.5, 1 MTP layer) and glm-4.5-air
+(zai-org/GLM-4.5-Air, 1 MTP layer). With --layers N the MTP layers follow, numbered from N.
+Architectures: Llama, Mistral, Mixtral (block_sparse_moe.experts.E.w1/w2/w3, as its checkpoint
+names them), Qwen2, Qwen3 (dense), Qwen3-MoE, Glm4Moe (GLM-4.5/4.6/4.7; float32 router, MTP
+layers of num_nextn_predict_layers), DeepseekV3 (incl. Kimi-K2 and the MTP layers of
 num_nextn_predict_layers) and KimiK25ForConditionalGeneration (text model under
 language_model.model., plus a MoonViT vision tower and projector that layertap never reads).
 Formats: plain (torch_dtype), DeepSeek FP8 blocks (quant_method fp8) and compressed-tensors
@@ -224,7 +229,103 @@ LLAMA_31_70B = {
     "vocab_size": 128256,
 }
 
-ARCHS = {"kimi-k2.5": KIMI_K25, "deepseek-v3": DEEPSEEK_V3, "llama-3.1-70b": LLAMA_31_70B}
+# config.json of mistralai/Mixtral-8x7B-v0.1. The checkpoint keeps Mixtral's own names:
+# block_sparse_moe.gate (the router, bf16) and block_sparse_moe.experts.E.w1 (gate [I, H]),
+# w2 (down [H, I]), w3 (up [I, H]); transformers 5.x renames them to mlp.gate and merges the
+# experts into mlp.experts.gate_up_proj / down_proj when it loads.
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
+
+# config.json of zai-org/GLM-4.5 (written from memory of the Hub file, cross-checked against
+# transformers' Glm4MoeConfig and NVIDIA Megatron-Bridge's GLM-4.5 notes: 92 layers, the first 3
+# dense, QK norm on). use_qk_norm is true for GLM-4.5 (and GLM-4.6/4.7, which share this shape but
+# have max_position_embeddings 202752), false for GLM-4.5-Air.
+GLM_45 = {
+    "architectures": ["Glm4MoeForCausalLM"],
+    "attention_bias": True,
+    "attention_dropout": 0.0,
+    "pad_token_id": 151329,
+    "eos_token_id": [151329, 151336, 151338],
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 5120,
+    "partial_rotary_factor": 0.5,
+    "initializer_range": 0.02,
+    "intermediate_size": 12288,
+    "max_position_embeddings": 131072,
+    "model_type": "glm4_moe",
+    "moe_intermediate_size": 1536,
+    "norm_topk_prob": True,
+    "num_attention_heads": 96,
+    "n_group": 1,
+    "topk_group": 1,
+    "n_routed_experts": 160,
+    "n_shared_experts": 1,
+    "routed_scaling_factor": 2.5,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "num_hidden_layers": 92,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.54.0",
+    "use_cache": True,
+    "use_qk_norm": True,
+    "vocab_size": 151552,
+}
+
+# config.json of zai-org/GLM-4.5-Air: GLM-4.5's keys at 4096 wide, 46 layers (the first dense),
+# 128 experts of 1408, no QK norm, routed_scaling_factor 1.0 (Megatron-Bridge's notes give "1.0x";
+# transformers' Glm4MoeConfig defaults are this model's values).
+GLM_45_AIR = dict(
+    GLM_45,
+    hidden_size=4096,
+    intermediate_size=10944,
+    moe_intermediate_size=1408,
+    n_routed_experts=128,
+    routed_scaling_factor=1.0,
+    first_k_dense_replace=1,
+    num_hidden_layers=46,
+    use_qk_norm=False,
+)
+
+ARCHS = {
+    "kimi-k2.5": KIMI_K25,
+    "deepseek-v3": DEEPSEEK_V3,
+    "llama-3.1-70b": LLAMA_31_70B,
+    "mixtral-8x7b": MIXTRAL_8X7B,
+    "glm-4.5": GLM_45,
+    "glm-4.5-air": GLM_45_AIR,
+}
 
 # ---------------------------------------------------------------- dtypes
 
@@ -363,13 +464,13 @@ def gqa_layer(b, c, p, arch):
     hd = int(c.get("head_dim") or hidden // heads)
     attn_bias = bool(c.get("attention_bias", arch == "Qwen2ForCausalLM"))
     qkv_bias = attn_bias or arch == "Qwen2ForCausalLM"
-    o_bias = attn_bias and arch != "Qwen2ForCausalLM"
+    o_bias = attn_bias and arch not in ("Qwen2ForCausalLM", "Glm4MoeForCausalLM")  # GLM: q/k/v biases only
     b.norm(p + "input_layernorm", hidden)
     b.linear(p + "self_attn.q_proj", heads * hd, hidden, qkv_bias)
     b.linear(p + "self_attn.k_proj", kv * hd, hidden, qkv_bias)
     b.linear(p + "self_attn.v_proj", kv * hd, hidden, qkv_bias)
     b.linear(p + "self_attn.o_proj", hidden, heads * hd, o_bias)
-    if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"):
+    if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM") or (arch == "Glm4MoeForCausalLM" and c.get("use_qk_norm")):
         b.norm(p + "self_attn.q_norm", hd)
         b.norm(p + "self_attn.k_norm", hd)
     b.norm(p + "post_attention_layernorm", hidden)
@@ -450,7 +551,15 @@ def gqa_text(b, c, arch):
             experts = int(c.get("num_experts") or c.get("num_local_experts") or 0)
             step = int(c.get("decoder_sparse_step", 1) or 1)
             moe = i not in (c.get("mlp_only_layers") or []) and experts > 0 and (i + 1) % step == 0
-        if moe:
+        if arch == "MixtralForCausalLM":
+            experts = _req(c, "num_local_experts")
+            b.plain_tensor(p + "block_sparse_moe.gate.weight", [experts, hidden])
+            for e in range(experts):
+                x = f"{p}block_sparse_moe.experts.{e}."
+                b.linear(x + "w1", inter, hidden)  # gate
+                b.linear(x + "w2", hidden, inter)  # down
+                b.linear(x + "w3", inter, hidden)  # up
+        elif moe:
             m_inter = _req(c, "moe_intermediate_size")
             b.plain_tensor(p + "mlp.gate.weight", [experts, hidden])
             for e in range(experts):
@@ -460,6 +569,53 @@ def gqa_text(b, c, arch):
     b.norm("model.norm", hidden)
     if not c.get("tie_word_embeddings", False):
         b.plain_tensor("lm_head.weight", [vocab, hidden])
+
+
+def glm4_moe_layer(b, c, p, moe):
+    """One Glm4Moe decoder layer: GQA with q/k/v biases (attention_bias) and, with use_qk_norm,
+    per-head q_norm/k_norm; a dense MLP or a DeepSeek-style MoE whose router is float32."""
+    hidden = _req(c, "hidden_size")
+    gqa_layer(b, c, p, "Glm4MoeForCausalLM")
+    if not moe:
+        b.mlp(p + "mlp", hidden, _req(c, "intermediate_size"))
+        return
+    experts = _req(c, "n_routed_experts")
+    inter = _req(c, "moe_intermediate_size")
+    # Router weight and correction bias in float32, as GLM-4.5's checkpoint is taken to store them
+    # (the bias certainly; gate.weight not checked against the Hub's index, where a bf16 gate would
+    # make the total 147 MB smaller). transformers keeps both in fp32 either way.
+    b.add(p + "mlp.gate.weight", "F32", [experts, hidden])
+    b.add(p + "mlp.gate.e_score_correction_bias", "F32", [experts], "bias0")
+    for e in range(experts):
+        b.mlp(f"{p}mlp.experts.{e}", hidden, inter)
+    shared = int(c.get("n_shared_experts", 1) or 0)
+    if shared:
+        b.mlp(p + "mlp.shared_experts", hidden, shared * inter)
+
+
+def glm4_moe_text(b, c):
+    """Glm4MoeForCausalLM, its MTP layers (num_nextn_predict_layers) numbered on from
+    num_hidden_layers as GLM-4.5's model.layers.92: embed_tokens, enorm, hnorm, eh_proj, a full
+    decoder layer, shared_head.norm and shared_head.head. (GLM-4.5 and -Air store the MTP
+    embed_tokens and shared_head.head; GLM-4.6 leaves both out, sharing the main model's.)
+    transformers does not build the MTP layers and ignores their tensors on load."""
+    hidden, vocab, layers = _req(c, "hidden_size"), _req(c, "vocab_size"), _req(c, "num_hidden_layers")
+    k_dense = int(c.get("first_k_dense_replace", 1))
+    b.plain_tensor("model.embed_tokens.weight", [vocab, hidden])
+    for i in range(layers):
+        glm4_moe_layer(b, c, f"model.layers.{i}.", i >= k_dense)
+    b.norm("model.norm", hidden)
+    if not c.get("tie_word_embeddings", False):
+        b.plain_tensor("lm_head.weight", [vocab, hidden])
+    for i in range(layers, layers + int(c.get("num_nextn_predict_layers") or 0)):
+        p = f"model.layers.{i}."
+        b.plain_tensor(p + "embed_tokens.weight", [vocab, hidden])
+        b.norm(p + "enorm", hidden)
+        b.norm(p + "hnorm", hidden)
+        b.linear(p + "eh_proj", hidden, 2 * hidden, quantizable=False)
+        glm4_moe_layer(b, c, p, i >= k_dense)
+        b.norm(p + "shared_head.norm", hidden)
+        b.plain_tensor(p + "shared_head.head.weight", [vocab, hidden])
 
 
 def moonvit(b, v, text_hidden):
@@ -488,8 +644,9 @@ def moonvit(b, v, text_hidden):
     b.linear("mm_projector.proj.2", int(v.get("text_hidden_size", text_hidden)), merged, bias=True, quantizable=False)
 
 
-GQA_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
-SUPPORTED = GQA_ARCHS + ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+GQA_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+             "Qwen3MoeForCausalLM")
+SUPPORTED = GQA_ARCHS + ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
 
 
 def text_config(config):
@@ -513,6 +670,8 @@ def tensor_list(config):
     b = Builder(plain, Quant(qc))
     if arch in GQA_ARCHS:
         gqa_text(b, c, arch)
+    elif arch == "Glm4MoeForCausalLM":
+        glm4_moe_text(b, c)
     elif arch == "DeepseekV3ForCausalLM":
         deepseek_text(b, c, "model.", "lm_head.weight")
     else:
@@ -538,8 +697,11 @@ def apply_overrides(config, layers=None, vocab=None):
             raise SystemExit("--layers must be at least 1")
         c["num_hidden_layers"] = layers
         arch = (config.get("architectures") or [None])[0]
+        # keep a MoE layer among the first `layers` (the MTP layers, numbered on from there, follow)
         if arch in ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"):
             c["first_k_dense_replace"] = min(int(c.get("first_k_dense_replace", 3)), max(layers - 1, 0))
+        if arch == "Glm4MoeForCausalLM":
+            c["first_k_dense_replace"] = min(int(c.get("first_k_dense_replace", 1)), max(layers - 1, 0))
         if c.get("mlp_only_layers"):
             c["mlp_only_layers"] = [i for i in c["mlp_only_layers"] if i < layers]
     return config

@@ -3,7 +3,8 @@
 layers and at full depth, read back with a reader of its own: the safetensors layout (padded header,
 __metadata__, contiguous data_offsets in safetensors' dtype-then-name order, file size = 8 + header
 + data), the index, the real tensor names, shapes and dtypes, the full-size totals (Kimi-K2.5 about
-595 GB, DeepSeek-V3 with MTP about 689 GB, Llama-3.1-70B about 141 GB) at a few MB of disk, the
+595 GB, DeepSeek-V3 with MTP about 689 GB, Llama-3.1-70B about 141 GB, Mixtral-8x7B about 93.4 GB,
+GLM-4.5 with MTP about 717 GB, GLM-4.5-Air with MTP about 221 GB) at a few MB of disk, the
 weight_shape values, holes by default and --fill-scales values; and the layouts generated from the
 committed fixtures' config.json equal the fixtures' own tensor lists.
 """
@@ -223,6 +224,74 @@ class ShapeCheckpoint(unittest.TestCase):
         self.assertTrue(all(dt == "BF16" for _, dt, _ in ck.tensors.values()))
         self.drop(ck)
 
+    def test_mixtral_8x7b_two_layers(self):
+        ck = self.make("--arch", "mixtral-8x7b", "--layers", 2)
+        self.assertEqual(ck.config["num_local_experts"], 8)
+        p = "model.layers.1."
+        self.assertEqual(ck.shape(p + "block_sparse_moe.gate.weight"), [8, 4096])
+        self.assertEqual(ck.shape(p + "block_sparse_moe.experts.7.w1.weight"), [14336, 4096])  # gate
+        self.assertEqual(ck.shape(p + "block_sparse_moe.experts.7.w2.weight"), [4096, 14336])  # down
+        self.assertEqual(ck.shape(p + "block_sparse_moe.experts.7.w3.weight"), [14336, 4096])  # up
+        self.assertEqual(ck.shape(p + "self_attn.q_proj.weight"), [4096, 4096])
+        self.assertEqual(ck.shape(p + "self_attn.k_proj.weight"), [1024, 4096])
+        self.assertEqual(ck.shape("lm_head.weight"), [32000, 4096])
+        self.assertFalse(any(".mlp." in n or n.endswith(".bias") for n in ck.tensors))
+        self.assertEqual(len(ck.tensors), 3 + 2 * (4 + 2 + 1 + 8 * 3))
+        self.assertTrue(all(dt == "BF16" for _, dt, _ in ck.tensors.values()))
+        self.drop(ck)
+
+    def test_glm_45_four_layers(self):
+        ck = self.make("--arch", "glm-4.5", "--layers", 4, "--fill-scales", 0.01)
+        self.assertEqual((ck.config["num_hidden_layers"], ck.config["first_k_dense_replace"]), (4, 3))
+        for i in range(3):  # dense
+            self.assertEqual(ck.shape(f"model.layers.{i}.mlp.gate_proj.weight"), [12288, 5120])
+            self.assertNotIn(f"model.layers.{i}.mlp.gate.weight", ck.tensors)
+        for p in ("model.layers.3.", "model.layers.4."):  # MoE; 4 is the MTP layer
+            self.assertEqual(ck.shape(p + "self_attn.q_proj.weight"), [12288, 5120])
+            self.assertEqual(ck.shape(p + "self_attn.q_proj.bias"), [12288])
+            self.assertEqual(ck.shape(p + "self_attn.k_proj.bias"), [1024])
+            self.assertEqual(ck.shape(p + "self_attn.v_proj.bias"), [1024])
+            self.assertEqual(ck.shape(p + "self_attn.o_proj.weight"), [5120, 12288])
+            self.assertNotIn(p + "self_attn.o_proj.bias", ck.tensors)
+            self.assertEqual(ck.shape(p + "self_attn.q_norm.weight"), [128])
+            self.assertEqual(ck.shape(p + "self_attn.k_norm.weight"), [128])
+            self.assertEqual((ck.dtype(p + "mlp.gate.weight"), ck.shape(p + "mlp.gate.weight")), ("F32", [160, 5120]))
+            self.assertEqual((ck.dtype(p + "mlp.gate.e_score_correction_bias"),
+                              ck.shape(p + "mlp.gate.e_score_correction_bias")), ("F32", [160]))
+            self.assertEqual(ck.shape(p + "mlp.experts.159.gate_proj.weight"), [1536, 5120])
+            self.assertEqual(ck.shape(p + "mlp.experts.159.down_proj.weight"), [5120, 1536])
+            self.assertEqual(ck.shape(p + "mlp.shared_experts.up_proj.weight"), [1536, 5120])
+            self.assertTrue(np.all(np.frombuffer(ck.data(p + "mlp.gate.e_score_correction_bias"), np.float32) == 0.0))
+        mtp = "model.layers.4."
+        self.assertEqual(ck.shape(mtp + "eh_proj.weight"), [5120, 10240])
+        self.assertEqual(ck.shape(mtp + "embed_tokens.weight"), [151552, 5120])
+        self.assertEqual(ck.shape(mtp + "shared_head.head.weight"), [151552, 5120])
+        for name in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+            self.assertEqual(ck.shape(mtp + name), [5120])
+        self.assertFalse(any(n.startswith("model.layers.5.") for n in ck.tensors))
+        norms = [n for n in ck.tensors if n.endswith("norm.weight")]
+        self.assertEqual(len(norms), 1 + 5 * 4 + 3)  # final; 2 + q/k per layer; enorm, hnorm, shared_head.norm
+        for name in norms:
+            self.assertTrue(np.all(bf16_to_f32(ck.data(name)) == 1.0), name)
+        self.assertEqual(ck.data("model.layers.3.mlp.gate.weight")[:4096], bytes(4096))  # weights: holes
+        self.assertEqual(len(ck.tensors), 3 + 3 * 14 + 496 + 502)
+        self.drop(ck)
+
+    def test_glm_45_air_two_layers(self):
+        ck = self.make("--arch", "glm-4.5-air", "--layers", 2)
+        self.assertEqual((ck.config["num_hidden_layers"], ck.config["first_k_dense_replace"]), (2, 1))
+        self.assertEqual(ck.shape("model.layers.0.mlp.down_proj.weight"), [4096, 10944])
+        for p in ("model.layers.1.", "model.layers.2."):
+            self.assertEqual(ck.shape(p + "self_attn.q_proj.weight"), [12288, 4096])
+            self.assertEqual(ck.shape(p + "self_attn.k_proj.bias"), [1024])
+            self.assertNotIn(p + "self_attn.q_norm.weight", ck.tensors)  # use_qk_norm false
+            self.assertEqual((ck.dtype(p + "mlp.gate.weight"), ck.shape(p + "mlp.gate.weight")), ("F32", [128, 4096]))
+            self.assertEqual(ck.shape(p + "mlp.experts.127.up_proj.weight"), [1408, 4096])
+            self.assertEqual(ck.shape(p + "mlp.shared_experts.down_proj.weight"), [4096, 1408])
+        self.assertEqual(ck.shape("model.layers.2.eh_proj.weight"), [4096, 8192])
+        self.assertEqual(len(ck.tensors), 3 + 12 + 398 + 404)
+        self.drop(ck)
+
     def check_weight_shapes(self, ck, group):
         """Every weight_shape holds [out, in] of its packed weight, in int64."""
         seen = 0
@@ -243,7 +312,8 @@ class ShapeCheckpoint(unittest.TestCase):
 
     def test_full_size_totals(self):
         for arch, lo, hi, tensors in (("kimi-k2.5", 550e9, 640e9, 208550), ("deepseek-v3", 650e9, 720e9, 91991),
-                                      ("llama-3.1-70b", 135e9, 147e9, 723)):
+                                      ("llama-3.1-70b", 135e9, 147e9, 723), ("mixtral-8x7b", 92e9, 95e9, 995),
+                                      ("glm-4.5", 705e9, 725e9, 44691), ("glm-4.5-air", 215e9, 226e9, 18329)):
             with self.subTest(arch=arch):
                 ck = self.make("--arch", arch)
                 print(f"  {arch}: {ck.logical} bytes = {ck.logical / 1e9:.2f} GB logical, "
@@ -259,6 +329,13 @@ class ShapeCheckpoint(unittest.TestCase):
                 if arch == "deepseek-v3":
                     self.assertIn("model.layers.61.eh_proj.weight", ck.tensors)
                     self.assertIn("model.layers.61.mlp.experts.255.down_proj.weight_scale_inv", ck.tensors)
+                if arch == "glm-4.5":
+                    self.assertIn("model.layers.92.eh_proj.weight", ck.tensors)
+                    self.assertIn("model.layers.92.mlp.experts.159.down_proj.weight", ck.tensors)
+                    self.assertIn("model.layers.91.self_attn.k_norm.weight", ck.tensors)
+                if arch == "glm-4.5-air":
+                    self.assertIn("model.layers.46.shared_head.head.weight", ck.tensors)
+                    self.assertNotIn("model.layers.47.input_layernorm.weight", ck.tensors)
                 self.drop(ck)
 
     # ---- --fill-scales ----
