@@ -1,5 +1,6 @@
 // Per-head q/k RMSNorm + RoPE (see rope.cuh). One warp per (token, head); each lane owns the
-// pairs (i, i + hd/2) for i = lane, lane + 32, ...; any even hd.
+// pairs (i, i + rd/2) for i = lane, lane + 32, ..., and the unrotated values rd + lane, ...;
+// any even rd <= hd.
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -28,18 +29,18 @@ __device__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_
 __global__ void __launch_bounds__(kBlock)
     qk_norm_rope_kernel(__nv_bfloat16* __restrict__ qkv,          // (T, (hq + 2 hkv) * hd)
                         const std::int32_t* __restrict__ pos,     // (T)
-                        const float* __restrict__ inv_freq,       // (hd / 2)
+                        const float* __restrict__ inv_freq,       // (rd / 2)
                         const __nv_bfloat16* __restrict__ q_norm,  // (hd) or null
                         const __nv_bfloat16* __restrict__ k_norm,  // (hd) or null
                         float eps, std::int64_t T, std::int64_t hq, std::int64_t hkv, std::int64_t hd,
-                        float attention_factor) {
+                        std::int64_t rd, float attention_factor) {
   const int lane = threadIdx.x % 32;
   const std::int64_t heads = hq + hkv;  // rotated heads per token
   const std::int64_t warp = std::int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (warp >= T * heads) return;  // whole warps exit together: no shuffle sees a missing lane
   const std::int64_t t = warp / heads, head = warp % heads;
   __nv_bfloat16* x = qkv + t * (hq + 2 * hkv) * hd + head * hd;  // (hd)
-  const std::int64_t half = hd / 2;
+  const std::int64_t half = rd / 2;
 
   float rstd = 0.0f;
   const __nv_bfloat16* w = head < hq ? q_norm : k_norm;
@@ -54,6 +55,9 @@ __global__ void __launch_bounds__(kBlock)
   }
   // Every read of x above happened before warp_sum's shuffles, which every lane passes before
   // any lane writes below.
+  if (w != nullptr)  // the values partial rotary leaves in place are normed all the same
+    for (std::int64_t i = rd + lane; i < hd; i += 32)
+      x[i] = __float2bfloat16_rn(__bfloat162float(w[i]) * round_bf16(__bfloat162float(x[i]) * rstd));
   const float p = static_cast<float>(pos[t]);
   for (std::int64_t i = lane; i < half; i += 32) {
     float a = __bfloat162float(x[i]);
@@ -78,10 +82,10 @@ __global__ void __launch_bounds__(kBlock)
 
 void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_freq,
                   const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps, std::int64_t T,
-                  std::int64_t hq, std::int64_t hkv, std::int64_t hd, cudaStream_t stream,
+                  std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t rd, cudaStream_t stream,
                   float attention_factor) {
-  LT_CHECK(T >= 0 && hq > 0 && hkv > 0 && hd > 0 && hd % 2 == 0, "qk_norm_rope: bad shape T=", T,
-           " hq=", hq, " hkv=", hkv, " hd=", hd, " (hd must be even)");
+  LT_CHECK(T >= 0 && hq > 0 && hkv > 0 && hd > 0 && rd > 0 && rd % 2 == 0 && rd <= hd, "qk_norm_rope: bad shape T=",
+           T, " hq=", hq, " hkv=", hkv, " hd=", hd, " rd=", rd, " (the rotary dim rd must be even and at most hd)");
   LT_CHECK(qkv != nullptr && pos != nullptr && inv_freq != nullptr, "qk_norm_rope: null pointer argument");
   LT_CHECK((q_norm == nullptr) == (k_norm == nullptr), "qk_norm_rope: pass both q_norm and k_norm or neither");
   if (T == 0) return;
@@ -96,7 +100,7 @@ void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_
   const Work work{e * n + 4.0 * double(T) + 2.0 * double(hd) + (norm ? 2 * e * double(hd) : 0), e * n, 0,
                   (norm ? 30 : 20) * n};
   launch<qk_norm_rope_kernel>(Grid{static_cast<unsigned>(blocks), kBlock, 0, stream, work}, qkv, pos, inv_freq, q_norm,
-                              k_norm, eps, T, hq, hkv, hd, attention_factor);
+                              k_norm, eps, T, hq, hkv, hd, rd, attention_factor);
   LT_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,8 +12,9 @@ namespace layertap::kernels {
 // (value heads untouched), with x the head's hd values widened to float32:
 //   if q_norm != nullptr (Qwen3):  x = bf16(w * bf16(x / sqrt(mean(x^2) + eps)))
 //                                  with w = q_norm for query heads, k_norm for key heads;
-//   then RoPE, rotating halves (HF rotate_half), for i < hd/2 with a = x[i], b = x[i + hd/2]:
-//     angle = float(pos[t]) * inv_freq[i];  x[i] = bf16(a cos - b sin);  x[i + hd/2] = bf16(b cos + a sin)
+//   then RoPE on the first rd values (rd = hd, or fewer for partial rotary: the rest pass
+//   through), rotating halves (HF rotate_half), for i < rd/2 with a = x[i], b = x[i + rd/2]:
+//     angle = float(pos[t]) * inv_freq[i];  x[i] = bf16(a cos - b sin);  x[i + rd/2] = bf16(b cos + a sin)
 //   with cos and sin multiplied by `attention_factor` first (YaRN's; 1 for the other RoPE types)
 // The normalised value is rounded to bf16 where Hugging Face's bf16 model holds a tensor (as the
 // fused RMSNorm kernel does); the rotation itself is float32 with one rounding (HF eager rounds
@@ -21,12 +22,12 @@ namespace layertap::kernels {
 //
 //   qkv       (T, (hq + 2*hkv) * hd)  bf16, read and written: q heads, then k heads, then v heads
 //   pos       (T)                     int32, position of each token within its sample
-//   inv_freq  (hd/2)                  float32, from cpu::Rope (default or llama3 frequencies)
+//   inv_freq  (rd/2)                  float32, from cpu::Rope (default, llama3 or YaRN frequencies)
 //   q_norm, k_norm (hd)               bf16, both or neither
 // Launches on `stream`; throws layertap::Error on bad arguments or a failed launch.
 void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_freq,
                   const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps, std::int64_t T,
-                  std::int64_t hq, std::int64_t hkv, std::int64_t hd, cudaStream_t stream,
+                  std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t rd, cudaStream_t stream,
                   float attention_factor = 1.0f);
 
 }  // namespace layertap::kernels

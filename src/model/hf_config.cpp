@@ -15,28 +15,40 @@ namespace {
 using nlohmann::json;
 
 enum class Attention { Gqa, Mla };
-enum class Ffn { Dense, Qwen3Moe, DeepseekMoe };
+enum class Ffn { Dense, Qwen3Moe, MixtralMoe, DeepseekMoe, Glm4Moe };
+// Which GQA projections carry biases.
+enum class Bias {
+  QkvO,       // all four when attention_bias (Llama, Mistral, Qwen3, Mixtral)
+  QkvAlways,  // q/k/v always, o never (Qwen2)
+  Qkv,        // q/k/v when attention_bias, o never (GLM-4.5)
+};
+enum class QkNorm { None, Always, WhenUseQkNorm };  // Qwen3: always; GLM-4.5: `use_qk_norm`
 
+// A family is a row of parameters of the shared parts, never code of its own.
 struct Family {
   const char* architecture;
-  bool qkv_bias_default;
-  bool qk_norm;
-  bool mistral_window;  // sliding_window applies to every layer when set
   Attention attention;
   Ffn ffn;
-  bool text_config;  // a multimodal wrapper: the text model's config is under text_config
+  Bias bias = Bias::QkvO;
+  QkNorm qk_norm = QkNorm::None;
+  bool mistral_window = false;           // sliding_window applies to every layer when set
+  double partial_rotary_default = 1.0;   // partial_rotary_factor when config.json has none
+  bool text_config = false;  // a multimodal wrapper: the text model's config is under text_config
 };
 
 // The math is chosen by architecture, never by model_type: Moonshot ships Kimi-K2 as
 // DeepseekV3ForCausalLM with model_type "kimi_k2", which transformers does not register.
 constexpr Family kFamilies[] = {
-    {"LlamaForCausalLM", false, false, false, Attention::Gqa, Ffn::Dense, false},
-    {"MistralForCausalLM", false, false, true, Attention::Gqa, Ffn::Dense, false},
-    {"Qwen2ForCausalLM", true, false, false, Attention::Gqa, Ffn::Dense, false},
-    {"Qwen3ForCausalLM", false, true, false, Attention::Gqa, Ffn::Dense, false},
-    {"Qwen3MoeForCausalLM", false, true, false, Attention::Gqa, Ffn::Qwen3Moe, false},
-    {"DeepseekV3ForCausalLM", false, false, false, Attention::Mla, Ffn::DeepseekMoe, false},
-    {"KimiK25ForConditionalGeneration", false, false, false, Attention::Mla, Ffn::DeepseekMoe, true},
+    {"LlamaForCausalLM", Attention::Gqa, Ffn::Dense},
+    {"MistralForCausalLM", Attention::Gqa, Ffn::Dense, Bias::QkvO, QkNorm::None, true},
+    {"Qwen2ForCausalLM", Attention::Gqa, Ffn::Dense, Bias::QkvAlways},
+    {"Qwen3ForCausalLM", Attention::Gqa, Ffn::Dense, Bias::QkvO, QkNorm::Always},
+    {"Qwen3MoeForCausalLM", Attention::Gqa, Ffn::Qwen3Moe, Bias::QkvO, QkNorm::Always},
+    {"MixtralForCausalLM", Attention::Gqa, Ffn::MixtralMoe, Bias::QkvO, QkNorm::None, true},
+    // transformers' Glm4MoeConfig defaults partial_rotary_factor to 0.5.
+    {"Glm4MoeForCausalLM", Attention::Gqa, Ffn::Glm4Moe, Bias::Qkv, QkNorm::WhenUseQkNorm, false, 0.5},
+    {"DeepseekV3ForCausalLM", Attention::Mla, Ffn::DeepseekMoe},
+    {"KimiK25ForConditionalGeneration", Attention::Mla, Ffn::DeepseekMoe, Bias::QkvO, QkNorm::None, false, 1.0, true},
 };
 
 // Bounds far beyond any released model, tight enough that every product of sizes the loader and
@@ -106,9 +118,24 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
   } else {
     LT_FAIL(p.where(), ": unsupported rope type '", excerpt(type), "' (supported: default, llama3, yarn)");
   }
-  const double partial = p.number_or("partial_rotary_factor", j.number_or("partial_rotary_factor", 1.0, kPositive), kPositive);
-  LT_CHECK(partial == 1.0, p.where(), ": partial_rotary_factor ", partial, " is not supported");
   return rope;
+}
+
+// transformers' int(head_dim * partial_rotary_factor), the factor in the rope dict or at the top
+// level; even and positive. A family whose attention rotates whole heads (fallback 1) refuses any
+// other factor: its transformers code would not run it.
+int64_t rotary_dim(const JsonFields& j, int64_t head_dim, double fallback, const std::string& architecture) {
+  const char* dict = j.has("rope_parameters") ? "rope_parameters" : j.has("rope_scaling") ? "rope_scaling" : nullptr;
+  const json empty = json::object();
+  const JsonFields p(dict ? j.raw().at(dict) : empty, dict ? cat(j.where(), " (", dict, ")") : j.where());
+  const double partial = p.number_or("partial_rotary_factor", j.number_or("partial_rotary_factor", fallback, kPositive),
+                                     {0, 1, true});
+  LT_CHECK(fallback != 1.0 || partial == 1.0, j.where(), ": partial_rotary_factor ", partial,
+           " is not supported for ", architecture);
+  const auto dim = int64_t(double(head_dim) * partial);
+  LT_CHECK(dim >= 2 && dim % 2 == 0, j.where(), ": partial_rotary_factor ", partial, " of head_dim ", head_dim,
+           " rotates ", dim, " dims; RoPE needs an even number, at least 2");
+  return dim;
 }
 
 // The routed experts of every MoE layer, in all, within kMaxExpertModules.
@@ -143,23 +170,32 @@ MlaConfig parse_mla(const JsonFields& j, const ModelConfig& c) {
   return m;
 }
 
-// DeepSeek-V3 MoE (DeepseekV3MoE + DeepseekV3TopkRouter), defaults as DeepseekV3Config.
-void parse_deepseek_moe(const JsonFields& j, ModelConfig& c) {
+// transformers' config defaults of a DeepSeek-style MoE, used for keys config.json lacks.
+struct DeepseekMoeDefaults {
+  int64_t experts, per_token, intermediate, shared, n_group, topk_group, first_dense;
+  double scaling;
+};
+constexpr DeepseekMoeDefaults kDeepseekV3Defaults{256, 8, 2048, 1, 8, 4, 3, 2.5};   // DeepseekV3Config
+constexpr DeepseekMoeDefaults kGlm4MoeDefaults{128, 8, 1408, 1, 1, 1, 1, 1.0};      // Glm4MoeConfig
+
+// DeepSeek-V3 MoE (DeepseekV3MoE + DeepseekV3TopkRouter); GLM-4.5's Glm4MoeTopkRouter is the same
+// router and block.
+void parse_deepseek_moe(const JsonFields& j, ModelConfig& c, const DeepseekMoeDefaults& d) {
   const std::string method = j.string_or("topk_method", "noaux_tc");
   const std::string scoring = j.string_or("scoring_func", "sigmoid");
   LT_CHECK(method == "noaux_tc" && scoring == "sigmoid", j.where(), ": routing topk_method '", excerpt(method),
            "' with scoring_func '", excerpt(scoring),
-           "' is not supported (supported: noaux_tc with sigmoid, as DeepSeek-V3 and Kimi-K2)");
+           "' is not supported (supported: noaux_tc with sigmoid, as DeepSeek-V3, Kimi-K2 and GLM-4.5)");
   MoeConfig m;
   m.routing = MoeConfig::Routing::SigmoidGroupedTopk;
-  m.num_experts = j.integer_or("n_routed_experts", 256, 1, kMaxExperts);
-  m.experts_per_token = j.integer_or("num_experts_per_tok", 8, 1, kMaxExperts);
-  m.expert_intermediate_size = j.integer_or("moe_intermediate_size", 2048, 1, kMaxWidth);
-  m.num_shared_experts = j.integer_or("n_shared_experts", 1, 0, 64);
-  m.n_group = j.integer_or("n_group", 8, 1, kMaxExperts);
-  m.topk_group = j.integer_or("topk_group", 4, 1, kMaxExperts);
+  m.num_experts = j.integer_or("n_routed_experts", d.experts, 1, kMaxExperts);
+  m.experts_per_token = j.integer_or("num_experts_per_tok", d.per_token, 1, kMaxExperts);
+  m.expert_intermediate_size = j.integer_or("moe_intermediate_size", d.intermediate, 1, kMaxWidth);
+  m.num_shared_experts = j.integer_or("n_shared_experts", d.shared, 0, 64);
+  m.n_group = j.integer_or("n_group", d.n_group, 1, kMaxExperts);
+  m.topk_group = j.integer_or("topk_group", d.topk_group, 1, kMaxExperts);
   m.norm_topk_prob = j.boolean_or("norm_topk_prob", true);
-  m.routed_scaling_factor = j.number_or("routed_scaling_factor", 2.5, {0, 1e6, true});
+  m.routed_scaling_factor = j.number_or("routed_scaling_factor", d.scaling, {0, 1e6, true});
   m.score_bias = true;
   LT_CHECK(m.num_experts % m.n_group == 0, j.where(), ": n_group ", m.n_group, " does not divide n_routed_experts ",
            m.num_experts);
@@ -172,7 +208,7 @@ void parse_deepseek_moe(const JsonFields& j, ModelConfig& c) {
   // The original DeepSeek code makes a layer MoE when i >= first_k_dense_replace and
   // i % moe_layer_freq == 0; transformers reads only the first condition, so the two agree for
   // moe_layer_freq 1, the value every released checkpoint uses.
-  const int64_t first_dense = j.integer_or("first_k_dense_replace", 3, 0, kMaxLayers);
+  const int64_t first_dense = j.integer_or("first_k_dense_replace", d.first_dense, 0, kMaxLayers);
   const int64_t freq = j.integer_or("moe_layer_freq", 1, 1, kMaxLayers);
   c.moe_layers.assign(std::size_t(c.num_layers), false);
   for (int64_t i = 0; i < c.num_layers; ++i) c.moe_layers[std::size_t(i)] = i >= first_dense && i % freq == 0;
@@ -200,6 +236,23 @@ void parse_qwen3_moe(const JsonFields& j, ModelConfig& c) {
     c.moe_layers[std::size_t(i)] = std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end() &&
                                    m.num_experts > 0 && (i + 1) % step == 0;
   if (m.num_experts > 0) c.moe = m;
+  check_expert_modules(j, c);
+}
+
+// Mixtral (MixtralSparseMoeBlock): every layer MoE, experts of intermediate_size, softmax top-k
+// renormalised, no shared experts; tensors block_sparse_moe.gate and experts.E.w1/w3/w2.
+void parse_mixtral_moe(const JsonFields& j, ModelConfig& c) {
+  MoeConfig m;
+  m.routing = MoeConfig::Routing::SoftmaxTopk;
+  m.num_experts = j.integer_or("num_local_experts", 8, 1, kMaxExperts);
+  m.experts_per_token = j.integer_or("num_experts_per_tok", 2, 1, kMaxExperts);
+  m.expert_intermediate_size = c.intermediate_size;
+  m.norm_topk_prob = true;
+  m.names = {"block_sparse_moe.", "w1", "w3", "w2"};
+  LT_CHECK(m.experts_per_token <= m.num_experts, j.where(), ": num_experts_per_tok ", m.experts_per_token,
+           " exceeds num_local_experts ", m.num_experts);
+  c.moe_layers.assign(std::size_t(c.num_layers), true);
+  c.moe = m;
   check_expert_modules(j, c);
 }
 
@@ -263,15 +316,23 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   LT_CHECK(c.head_dim % 2 == 0, j.where(), ": head_dim ", c.head_dim, " must be even");
 
   if (family.attention == Attention::Gqa) {
-    const bool attention_bias = j.boolean_or("attention_bias", family.qkv_bias_default);
-    c.qkv_bias = attention_bias || family.qkv_bias_default;
-    // Llama and Mistral put the bias on o_proj too; Qwen2 has q/k/v biases only.
-    c.o_bias = attention_bias && !family.qkv_bias_default;
+    const bool attention_bias = j.boolean_or("attention_bias", false);
+    c.qkv_bias = attention_bias || family.bias == Bias::QkvAlways;
+    c.o_bias = attention_bias && family.bias == Bias::QkvO;
     c.mlp_bias = j.boolean_or("mlp_bias", false);
-    c.qk_norm = family.qk_norm;
+    c.qk_norm = family.qk_norm == QkNorm::Always ||
+                (family.qk_norm == QkNorm::WhenUseQkNorm && j.boolean_or("use_qk_norm", false));
+    c.rotary_dim = rotary_dim(j, c.head_dim, family.partial_rotary_default, c.architecture);
+  } else {
+    c.rotary_dim = c.head_dim;
   }
-  if (family.ffn == Ffn::DeepseekMoe) parse_deepseek_moe(j, c);
-  if (family.ffn == Ffn::Qwen3Moe) parse_qwen3_moe(j, c);
+  switch (family.ffn) {
+    case Ffn::Dense: break;
+    case Ffn::Qwen3Moe: parse_qwen3_moe(j, c); break;
+    case Ffn::MixtralMoe: parse_mixtral_moe(j, c); break;
+    case Ffn::DeepseekMoe: parse_deepseek_moe(j, c, kDeepseekV3Defaults); break;
+    case Ffn::Glm4Moe: parse_deepseek_moe(j, c, kGlm4MoeDefaults); break;
+  }
 
   c.sliding_window.assign(std::size_t(c.num_layers), 0);
   if (family.mistral_window) {

@@ -1,6 +1,8 @@
 // The subset of a Hugging Face config.json that layertap's decoder families need, validated once.
 // A decoder layer is assembled from parts chosen here per layer: an attention part (GQA or MLA)
-// and an FFN part (dense SwiGLU or MoE); see docs/MODELS.md, "Architectures".
+// and an FFN part (dense SwiGLU or MoE). A family's differences are parameters of those parts
+// (partial rotary, biases, q/k norm, routing, tensor names), not code of its own; see
+// docs/MODELS.md, "Architectures".
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -43,10 +45,18 @@ struct MlaConfig {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
+// Where a MoE block's tensors are, under the layer's prefix ("model.layers.3."): the router
+// `block`gate.weight, routed expert E's projections `block`experts.E.<gate|up|down>, the shared
+// experts `block`shared_experts.<gate_proj|up_proj|down_proj>.
+struct MoeTensorNames {
+  std::string block = "mlp.";                                  // Mixtral: "block_sparse_moe."
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";  // Mixtral: w1, w3, w2
+};
+
 struct MoeConfig {
   enum class Routing {
-    SigmoidGroupedTopk,  // DeepSeek noaux_tc: sigmoid, bias for selection, group-limited top-k
-    SoftmaxTopk,         // Qwen3-MoE
+    SigmoidGroupedTopk,  // DeepSeek noaux_tc (also GLM-4.5): sigmoid, bias for selection, group-limited top-k
+    SoftmaxTopk,         // Qwen3-MoE, Mixtral (renormalised)
   };
   Routing routing = Routing::SoftmaxTopk;
   int64_t num_experts = 0;
@@ -57,6 +67,7 @@ struct MoeConfig {
   bool norm_topk_prob = false;
   double routed_scaling_factor = 1.0;
   bool score_bias = false;  // e_score_correction_bias present
+  MoeTensorNames names;
 };
 
 struct ModelConfig {
@@ -67,6 +78,9 @@ struct ModelConfig {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;  // GQA; for MLA the rope head dim
+  // The leading dims of each head that RoPE rotates (rotate_half within them; the rest pass
+  // through): head_dim, or head_dim * partial_rotary_factor (GLM-4.5).
+  int64_t rotary_dim = 0;
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
@@ -75,7 +89,7 @@ struct ModelConfig {
   bool qkv_bias = false;   // Qwen2: q/k/v biases; Llama attention_bias: q/k/v/o
   bool o_bias = false;
   bool mlp_bias = false;   // Llama mlp_bias
-  bool qk_norm = false;    // Qwen3: per-head RMSNorm on q and k before RoPE
+  bool qk_norm = false;    // Qwen3, GLM-4.5 use_qk_norm: per-head RMSNorm on q and k before RoPE
   std::vector<int64_t> sliding_window;  // [L] per layer; 0 = full causal attention
   DType torch_dtype = DType::F32;
 

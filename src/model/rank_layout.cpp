@@ -33,14 +33,16 @@ LinearSlice cols_of(std::string module, int64_t out, int64_t in_full, int64_t co
   return {std::move(module), out, in_full, {0, out, col0, cols}, Split::Row, bias && s.rank == 0};
 }
 
-// A SwiGLU MLP of intermediate size `inter` under `base`, sliced over the group when `sliced`.
-MlpSlices mlp(const ModelConfig& c, const TpShard& s, const std::string& base, int64_t inter, bool sliced, bool bias) {
+// A SwiGLU MLP of intermediate size `inter` under `base` (its projections named by `names`),
+// sliced over the group when `sliced`.
+MlpSlices mlp(const ModelConfig& c, const TpShard& s, const std::string& base, int64_t inter, bool sliced, bool bias,
+              const MoeTensorNames& names = {}) {
   const int64_t H = c.hidden_size;
-  if (!sliced) return {whole(base + "gate_proj", inter, H, bias), whole(base + "up_proj", inter, H, bias),
-                       whole(base + "down_proj", H, inter, bias)};
+  const std::string gate = base + names.gate, up = base + names.up, down = base + names.down;
+  if (!sliced) return {whole(gate, inter, H, bias), whole(up, inter, H, bias), whole(down, H, inter, bias)};
   const int64_t local = inter / s.size, i0 = s.rank * local;
-  return {rows_of(base + "gate_proj", inter, H, i0, local, bias), rows_of(base + "up_proj", inter, H, i0, local, bias),
-          cols_of(base + "down_proj", H, inter, i0, local, bias, s)};
+  return {rows_of(gate, inter, H, i0, local, bias), rows_of(up, inter, H, i0, local, bias),
+          cols_of(down, H, inter, i0, local, bias, s)};
 }
 
 GqaSlices gqa(const ModelConfig& c, const TpShard& s, const std::string& p) {
@@ -83,19 +85,21 @@ MlaSlices mla(const ModelConfig& c, const TpShard& s, const std::string& p) {
 
 MoeSlices moe(const ModelConfig& c, const TpShard& s, const std::string& p) {
   const MoeConfig& m = *c.moe;
+  const std::string block = p + m.names.block;
   MoeSlices e;
-  e.router = p + "mlp.gate.weight";
+  e.router = block + "gate.weight";
   e.experts = m.num_experts;
   // Required, never defaulted: a checkpoint without it would route with a zero bias silently.
-  if (m.score_bias) e.score_bias = p + "mlp.gate.e_score_correction_bias";
+  if (m.score_bias) e.score_bias = block + "gate.e_score_correction_bias";
   const bool whole_experts = s.moe_split == MoeSplit::Experts;
   const int64_t count = whole_experts ? m.num_experts / s.size : m.num_experts;
   e.first_expert = whole_experts ? s.rank * count : 0;
   e.routed.reserve(std::size_t(count));
   for (int64_t x = e.first_expert; x < e.first_expert + count; ++x)
-    e.routed.push_back(mlp(c, s, cat(p, "mlp.experts.", x, "."), m.expert_intermediate_size, !whole_experts, false));
+    e.routed.push_back(
+        mlp(c, s, cat(block, "experts.", x, "."), m.expert_intermediate_size, !whole_experts, false, m.names));
   if (m.num_shared_experts > 0)
-    e.shared = mlp(c, s, p + "mlp.shared_experts.", m.expert_intermediate_size * m.num_shared_experts, true, false);
+    e.shared = mlp(c, s, block + "shared_experts.", m.expert_intermediate_size * m.num_shared_experts, true, false);
   return e;
 }
 

@@ -12,6 +12,7 @@
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
+#include "fixture_catalog.hpp"
 #include "fixture_reference.hpp"
 
 namespace layertap {
@@ -69,10 +70,7 @@ TEST_P(Golden, EveryPointOfEverySampleMatchesTransformers) {
               worst, ref.tokens.size(), plan.points.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
-                         ::testing::Values("llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp",
-                                           "deepseek_v3", "kimi_k2", "deepseek_v3_noqlora", "kimi_k25_int4",
-                                           "deepseek_v3_fp8", "qwen3_moe"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(test::all_fixtures()),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

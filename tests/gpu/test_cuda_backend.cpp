@@ -49,12 +49,13 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cpu/mla.hpp"
+#include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/moe.hpp"
 #include "backend/cpu/ops.hpp"
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/load_plan.hpp"
 #include "backend/cuda/memory_plan.hpp"
+#include "comm/tp_comm.hpp"
 #include "bench/measure.hpp"
 #include "bench/model_catalog.hpp"
 #include "bench/projection.hpp"
@@ -67,6 +68,7 @@
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
+#include "fixture_catalog.hpp"
 #include "fixture_reference.hpp"
 #include "job/chunk_joiner.hpp"
 #include "job/batch_plan.hpp"
@@ -314,9 +316,8 @@ int expect_error(const char* what, const std::function<void()>& f, const char* m
 // ---------------------------------------------------------------------------------------------
 // MoE / MLA fixtures
 
-// The routing of every MoE layer in a float32 forward built from the CPU backend's parts (the
-// arithmetic of CpuBackend::forward, which equals transformers'); `final_state` receives the final
-// norm's output, checked against the reference to prove this replica right.
+// The routing of every MoE layer in the CPU backend's float32 forward (which equals
+// transformers'); `final_state` receives the final norm's output, checked against the reference.
 struct HostRouting {
   std::vector<std::vector<int32_t>> experts;  // [L] (T, k) or empty
   std::vector<std::vector<float>> weights;
@@ -324,54 +325,16 @@ struct HostRouting {
 
 HostRouting reference_routing(const ModelConfig& c, const ModelWeights& w, const PackedBatch& b,
                               std::vector<float>& final_state) {
-  const int64_t T = b.num_tokens(), H = c.hidden_size, L = c.num_layers;
-  const cpu::Rope rope(c.rope, c.head_dim,
-                       c.mla && c.mla->rope_interleave ? cpu::Rope::Layout::Interleaved : cpu::Rope::Layout::HalfSplit);
-  const float eps = float(c.rms_norm_eps);
-  std::vector<float> x(std::size_t(T * H)), h(x.size()), delta(x.size());
-  for (int64_t t = 0; t < T; ++t)
-    std::copy_n(&w.embed[std::size_t(b.tokens[std::size_t(t)]) * std::size_t(H)], H, &x[std::size_t(t * H)]);
+  SoloComm solo;
+  CpuBackend cpu(c, w, solo);
+  const std::vector<std::byte> out = cpu.forward(b, resolve_capture("final", c.num_layers), DType::F32).at(0);
+  final_state.resize(out.size() / sizeof(float));
+  std::memcpy(final_state.data(), out.data(), out.size());
   HostRouting r;
-  r.experts.resize(std::size_t(L));
-  r.weights.resize(std::size_t(L));
-  for (int64_t i = 0; i < L; ++i) {
-    const LayerWeights& l = w.layers[std::size_t(i)];
-    cpu::rms_norm(x.data(), l.input_norm.data(), h.data(), T, H, eps);
-    if (const auto* mla = std::get_if<MlaWeights>(&l.attn)) {
-      std::vector<float> none;  // whole samples: nothing kept between batches
-      cpu::mla_attention(*c.mla, *mla, rope, h.data(), b, none, delta.data());
-    } else {
-      const AttentionWeights& a = std::get<AttentionWeights>(l.attn);
-      const int64_t hd = c.head_dim;
-      std::vector<float> q(std::size_t(T * a.q.out)), k(std::size_t(T * a.k.out)), v(std::size_t(T * a.v.out));
-      cpu::linear(h.data(), T, a.q, q.data());
-      cpu::linear(h.data(), T, a.k, k.data());
-      cpu::linear(h.data(), T, a.v, v.data());
-      if (!a.q_norm.empty()) {
-        cpu::rms_norm(q.data(), a.q_norm.data(), q.data(), T * a.heads, hd, eps);
-        cpu::rms_norm(k.data(), a.k_norm.data(), k.data(), T * a.kv_heads, hd, eps);
-      }
-      rope.apply(q.data(), a.heads, b.offsets);
-      rope.apply(k.data(), a.kv_heads, b.offsets);
-      std::vector<float> ctx(q.size());
-      cpu::causal_attention(q.data(), k.data(), v.data(), ctx.data(), b.offsets, a.heads, a.kv_heads, hd,
-                            c.sliding_window[std::size_t(i)]);
-      cpu::linear(ctx.data(), T, a.o, delta.data());
-    }
-    for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
-    cpu::rms_norm(x.data(), l.post_attn_norm.data(), h.data(), T, H, eps);
-    if (const auto* moe = std::get_if<MoeWeights>(&l.ffn)) {
-      const cpu::Routing route = cpu::route(*c.moe, *moe, h.data(), T, H);
-      r.experts[std::size_t(i)] = route.experts;
-      r.weights[std::size_t(i)] = route.weights;
-      cpu::moe_ffn(*moe, route, h.data(), T, H, delta.data());
-    } else {
-      cpu::mlp(std::get<MlpWeights>(l.ffn), h.data(), T, delta.data());
-    }
-    for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
+  for (const cpu::Routing& layer : cpu.routing()) {
+    r.experts.push_back(layer.experts);
+    r.weights.push_back(layer.weights);
   }
-  final_state.resize(x.size());
-  cpu::rms_norm(x.data(), w.final_norm.data(), final_state.data(), T, H, eps);
   return r;
 }
 
@@ -872,20 +835,19 @@ int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a crash must not take the last lines with it
   int failures = 0;
   try {
-    for (const char* name : {"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"})
-      failures += golden_single(name);
+    for (const std::string& name : test::dense_fixtures()) failures += golden_single(name);
     for (const int tp : {2, 4}) failures += golden_tp("llama_tp", tp);
     failures += flash_vs_reference(64, false, 0);
     failures += flash_vs_reference(128, true, 40);
     failures += user_errors();
     // The routed experts through the grouped GEMM (the default), every family at TP 1, 2 and 4 with
     // both layouts where the fixture divides; the expansion path (the reference) at TP 1 and 2.
-    for (const char* name : {"deepseek_v3", "deepseek_v3_fp8", "deepseek_v3_noqlora", "kimi_k2", "kimi_k25_int4",
-                             "qwen3_moe"})
+    for (const std::string& name : test::moe_fixtures()) {
       failures += golden_moe(name, 1, MoeSplit::Experts);
-    for (const char* name : {"deepseek_v3_fp8", "kimi_k2", "kimi_k25_int4", "qwen3_moe"})
+      if (name == "deepseek_v3" || name == "deepseek_v3_noqlora") continue;  // kimi_k2 and deepseek_v3_fp8 shard the same parts
       for (const int tp : {2, 4})
         for (const MoeSplit split : {MoeSplit::Experts, MoeSplit::Intermediate}) failures += golden_moe(name, tp, split);
+    }
     for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"}) {
       failures += golden_moe(name, 1, MoeSplit::Experts, cuda::ExpertKernel::Expand);
       failures += golden_moe(name, 2, MoeSplit::Intermediate, cuda::ExpertKernel::Expand);
@@ -899,6 +861,8 @@ int main() {
     failures += chunked_matches_whole("deepseek_v3_fp8", 2, MoeSplit::Experts, {7});
     failures += chunked_matches_whole("qwen3_moe", 2, MoeSplit::Intermediate, {5});
     failures += chunked_matches_whole("kimi_k25_int4", 2, MoeSplit::Intermediate, {8});
+    failures += chunked_matches_whole("mixtral_swa", 2, MoeSplit::Experts, {5});
+    failures += chunked_matches_whole("glm4_moe", 2, MoeSplit::Intermediate, {7});
     for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"})
       for (const cuda::ExpertKernel k : {cuda::ExpertKernel::Grouped, cuda::ExpertKernel::Expand})
         failures += packed_matches_bf16(name, k);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "fixture_catalog.hpp"
 #include "host_check.hpp"
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/load_plan.hpp"
@@ -256,8 +257,7 @@ void damaged() {
 
 int main() {
   try {
-    for (const char* name : {"llama", "llama_tp", "llama3_rope", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
-                             "deepseek_v3_fp8", "deepseek_v3_noqlora", "kimi_k2", "kimi_k25_int4"})
+    for (const std::string& name : test::all_fixtures())
       for (const int tp : {1, 2, 4})
         for (const MoeSplit split : {MoeSplit::Experts, MoeSplit::Intermediate}) {
           if (split == MoeSplit::Intermediate &&

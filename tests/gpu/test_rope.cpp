@@ -12,7 +12,8 @@
 //     of the perturbed pair, u (1 + 2u + u^2): |err_pair| <= (3u + 3u^2 + u^3) |pair| < 3u (1 + 2^-8).
 // Float32 differences (sincosf vs std::sin/cos, summation order of mean(x^2)) add ~1e-7; we allow
 // 1e-6 relative on top. Every element is held to its pair's bound, and the normalized error to
-// the same factor. The value heads must come back bit for bit.
+// the same factor. The value heads must come back bit for bit. With partial rotary (rd < hd) the
+// values past rd are only normed (two roundings, < 3u of the value) or, without the norm, untouched.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +38,7 @@ struct Case {
   bool norm;
   RopeConfig rope;
   std::string rope_name;
+  std::int64_t rd = 0;  // rotary dim (partial rotary); 0: hd
 };
 
 RopeConfig default_rope(double theta) {
@@ -59,7 +61,7 @@ RopeConfig llama3_rope() {
 int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   std::vector<std::int64_t> offsets{0};
   for (const std::int64_t n : c.lengths) offsets.push_back(offsets.back() + n);
-  const std::int64_t T = offsets.back(), hd = c.hd, row = (c.hq + 2 * c.hkv) * hd;
+  const std::int64_t T = offsets.back(), hd = c.hd, rd = c.rd == 0 ? c.hd : c.rd, row = (c.hq + 2 * c.hkv) * hd;
   const float eps = 1e-5f;
   std::mt19937_64 rng(seed);
   const std::vector<bf16_bits> qkv = normal_bf16(rng, T * row, 1.5f);     // (T, (hq + 2hkv) hd)
@@ -70,7 +72,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
     for (std::int64_t t = offsets[s]; t < offsets[s + 1]; ++t) pos[std::size_t(t)] = std::int32_t(t - offsets[s]);
 
   // CPU reference on the widened inputs: q (T, hq hd) and k (T, hkv hd) as contiguous arrays.
-  const layertap::cpu::Rope rope(c.rope, hd);
+  const layertap::cpu::Rope rope(c.rope, rd, layertap::cpu::Rope::Layout::HalfSplit, hd);
   const std::vector<float> in = widen(qkv);
   std::vector<float> q(std::size_t(T * c.hq * hd)), k(std::size_t(T * c.hkv * hd));
   for (std::int64_t t = 0; t < T; ++t) {
@@ -88,7 +90,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
 
   Guarded<bf16_bits> d_qkv(T * row), d_qn(hd), d_kn(hd);
   Guarded<std::int32_t> d_pos(T);
-  Guarded<float> d_freq(hd / 2);
+  Guarded<float> d_freq(rd / 2);
   d_qkv.upload(qkv);
   d_qn.upload(q_norm);
   d_kn.upload(k_norm);
@@ -96,13 +98,13 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   d_freq.upload(rope.inv_freq());
   layertap::kernels::qk_norm_rope(as_bf16(d_qkv.data()), d_pos.data(), d_freq.data(),
                                   c.norm ? as_bf16(d_qn.data()) : nullptr, c.norm ? as_bf16(d_kn.data()) : nullptr,
-                                  eps, T, c.hq, c.hkv, hd, stream);
+                                  eps, T, c.hq, c.hkv, hd, rd, stream);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::vector<bf16_bits> out = d_qkv.download();
 
   // Rotated heads: got/ref/bound in (T, hq + hkv, hd) order; value heads: exact.
   const double factor = (c.norm ? 3.0 * kBf16Unit * (1.0 + 1.0 / 256) : kBf16Unit) + 1e-6;
-  const std::int64_t heads = c.hq + c.hkv, half = hd / 2;
+  const std::int64_t heads = c.hq + c.hkv, half = rd / 2;
   std::vector<float> got, ref;
   std::vector<double> bound;
   std::int64_t v_changed = 0;
@@ -113,7 +115,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
         got.push_back(layertap::bf16_to_float(out[std::size_t(t * row + h * hd + i)]));
         ref.push_back(r[i]);
         const std::int64_t a = i % half;
-        bound.push_back(factor * std::hypot(double(r[a]), double(r[a + half])));
+        bound.push_back(i < rd ? factor * std::hypot(double(r[a]), double(r[a + half])) : factor * std::fabs(r[i]));
       }
     }
     for (std::int64_t i = heads * hd; i < row; ++i)
@@ -121,8 +123,8 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   }
   const Comparison cmp = compare(got, ref, &bound);
   char name[160];
-  std::snprintf(name, sizeof name, "T=%lld (%zu samples) hq=%lld hkv=%lld hd=%lld %s%s", (long long)T,
-                c.lengths.size(), (long long)c.hq, (long long)c.hkv, (long long)hd, c.rope_name.c_str(),
+  std::snprintf(name, sizeof name, "T=%lld (%zu samples) hq=%lld hkv=%lld hd=%lld rd=%lld %s%s", (long long)T,
+                c.lengths.size(), (long long)c.hq, (long long)c.hkv, (long long)hd, (long long)rd, c.rope_name.c_str(),
                 c.norm ? " +qk_norm" : "");
   int fails = report(name, cmp, factor, d_qkv.guard_damage() + d_pos.guard_damage(), &got, &ref);
   if (v_changed != 0) {
@@ -139,9 +141,12 @@ int argument_checks() {
   auto* fp = reinterpret_cast<float*>(std::uintptr_t(0x3000));
   using layertap::gpu_test::expect_throw;
   using layertap::kernels::qk_norm_rope;
-  expect_throw(fails, "odd head_dim", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 7, nullptr); });
-  expect_throw(fails, "q_norm without k_norm", [&] { qk_norm_rope(p, ip, fp, p, nullptr, 1e-6f, 4, 2, 2, 8, nullptr); });
-  expect_throw(fails, "no kv heads", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 0, 8, nullptr); });
+  expect_throw(fails, "odd head_dim", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 7, 7, nullptr); });
+  expect_throw(fails, "odd rotary dim", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 8, 5, nullptr); });
+  expect_throw(fails, "rotary dim past head_dim",
+               [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 8, 10, nullptr); });
+  expect_throw(fails, "q_norm without k_norm", [&] { qk_norm_rope(p, ip, fp, p, nullptr, 1e-6f, 4, 2, 2, 8, 8, nullptr); });
+  expect_throw(fails, "no kv heads", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 0, 8, 8, nullptr); });
   return fails;
 }
 
@@ -162,6 +167,10 @@ int main() {
         {{200, 57}, 32, 8, 128, true, default_rope(1e6), "default"},                   // Qwen3-8B heads
         {{16384}, 1, 1, 128, false, default_rope(500000.0), "default"},                // positions up to 16k
         {{2, 3}, 2, 1, 256, true, default_rope(10000.0), "default"},
+        {{19, 1, 61, 7, 33}, 4, 2, 16, true, default_rope(1e6), "default", 8},        // fixture glm4_moe: partial
+        {{19, 1, 61}, 4, 2, 16, false, default_rope(1e6), "default", 8},
+        {{200, 57}, 12, 1, 128, true, default_rope(1e6), "default", 64},              // GLM-4.5 heads at TP 8
+        {{70}, 2, 2, 130, true, default_rope(1e4), "default", 66},                    // 33 pairs, 64 passed through
     };
     std::uint64_t seed = 8101;
     for (const Case& c : cases) failures += run_case(c, seed++, stream);

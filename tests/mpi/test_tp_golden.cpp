@@ -25,6 +25,7 @@
 #include "core/error.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
+#include "fixture_catalog.hpp"
 #include "fixture_reference.hpp"
 
 namespace fs = std::filesystem;
@@ -39,19 +40,8 @@ constexpr double kMaxRelError = 1e-5;
 // every token alone.
 constexpr int64_t kChunkBudgets[] = {16, 18, 60, 1};
 
-const char* const kDenseModels[] = {"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"};
-const char* const kMoeModels[] = {"deepseek_v3",     "kimi_k2",        "deepseek_v3_noqlora",
-                                  "kimi_k25_int4",   "deepseek_v3_fp8", "qwen3_moe"};
-
-// Whether `tp` must be refused for a model. Dense models: heads or intermediate size not divisible.
-// MoE fixtures (tests/fixtures/README.md): every size divides at TP 1, 2 and 4, except that
-// deepseek_v3_fp8's per-rank q_b/kv_b rows at TP 4 (24) cut its FP8 row blocks of 16, and
-// kimi_k25_int4's expert down_proj slices at TP 4 under the intermediate split (16 columns) cut its
-// INT4 groups of 32.
 bool must_refuse(const std::string& name, const ModelConfig& cfg, int tp, MoeSplit split) {
-  if (name == "deepseek_v3_fp8") return tp == 4;
-  if (name == "kimi_k25_int4") return tp == 4 && split == MoeSplit::Intermediate;
-  return cfg.num_heads % tp != 0 || cfg.intermediate_size % tp != 0;
+  return test::fixture_refuses(name, int(cfg.num_heads), cfg.intermediate_size, tp, split);
 }
 
 // Returns the number of (sample, point) comparisons above tolerance on this rank.
@@ -138,14 +128,14 @@ int main(int argc, char** argv) {
     const WorldLayout world = make_world_layout(rank, size, std::atoi(argv[2]));
     const MoeSplit split = parse_moe_split(argv[4]);
     MpiGroups groups(world);
-    std::vector<const char*> models(std::begin(kMoeModels), std::end(kMoeModels));
-    if (split == MoeSplit::Experts) models.insert(models.begin(), std::begin(kDenseModels), std::end(kDenseModels));
-    for (const char* name : models) {
+    std::vector<std::string> models = test::moe_fixtures();
+    if (split == MoeSplit::Experts) models = test::all_fixtures();
+    for (const std::string& name : models) {
       double worst = 0;
       errors += check_model(fs::path(argv[5]) / "models" / name, world, split, groups, worst);
       const double worst_all = max_over_ranks(worst);
       if (rank == 0 && worst_all > 0)
-        std::printf("[tp-golden] %-19s np %d tp %d moe-split %s: worst relative error %.3g\n", name, size, world.tp,
+        std::printf("[tp-golden] %-19s np %d tp %d moe-split %s: worst relative error %.3g\n", name.c_str(), size, world.tp,
                     argv[4], worst_all);
     }
   } catch (const std::exception& e) {

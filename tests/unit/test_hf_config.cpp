@@ -129,6 +129,60 @@ TEST(HfConfig, FamiliesSetBiasesNormsAndWindows) {
   EXPECT_EQ(mistral.sliding_window, std::vector<int64_t>(4, 8));
 }
 
+// Mixtral: every layer MoE, experts of intermediate_size, softmax top-k renormalised, the window
+// on every layer, tensors under block_sparse_moe with w1/w3/w2.
+TEST(HfConfigMoe, MixtralIsARowOfParameters) {
+  const std::string mixtral = with(with(kLlama, "LlamaForCausalLM", "MixtralForCausalLM"), R"("hidden_act")",
+                                   R"("num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 16, "hidden_act")");
+  const ModelConfig c = parse_model_config(mixtral, "c");
+  ASSERT_TRUE(c.moe.has_value());
+  EXPECT_EQ(c.moe_layers, std::vector<bool>(4, true));
+  EXPECT_EQ(c.moe->routing, MoeConfig::Routing::SoftmaxTopk);
+  EXPECT_TRUE(c.moe->norm_topk_prob);
+  EXPECT_EQ(c.moe->num_experts, 8);
+  EXPECT_EQ(c.moe->experts_per_token, 2);
+  EXPECT_EQ(c.moe->expert_intermediate_size, 100);
+  EXPECT_EQ(c.moe->num_shared_experts, 0);
+  EXPECT_EQ(c.moe->names.block, "block_sparse_moe.");
+  EXPECT_EQ(c.moe->names.gate + c.moe->names.up + c.moe->names.down, "w1w3w2");
+  EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, 16));
+  EXPECT_EQ(c.rotary_dim, c.head_dim);
+  EXPECT_TRUE(has(error_of(with(mixtral, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)")),
+                  "num_experts_per_tok 9 exceeds num_local_experts 8"));
+}
+
+// GLM-4.5: partial rotary (0.5 by default), q/k/v biases without o, q/k norm by use_qk_norm, the
+// DeepSeek router with GLM's defaults.
+TEST(HfConfigMoe, Glm4MoeIsARowOfParameters) {
+  const std::string glm = with(with(kLlama, "LlamaForCausalLM", "Glm4MoeForCausalLM"), R"("hidden_act")",
+                               R"("head_dim": 16, "attention_bias": true, "use_qk_norm": true, "n_routed_experts": 16,
+                                  "moe_intermediate_size": 32, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2,
+                                  "first_k_dense_replace": 1, "num_nextn_predict_layers": 1, "hidden_act")");
+  const ModelConfig c = parse_model_config(glm, "c");
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rotary_dim, 8);  // Glm4MoeConfig's default partial_rotary_factor 0.5
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_TRUE(c.qk_norm);
+  ASSERT_TRUE(c.moe.has_value());
+  EXPECT_EQ(c.moe->routing, MoeConfig::Routing::SigmoidGroupedTopk);
+  EXPECT_TRUE(c.moe->score_bias);
+  EXPECT_EQ(c.moe->num_shared_experts, 1);          // GLM's default
+  EXPECT_DOUBLE_EQ(c.moe->routed_scaling_factor, 1.0);  // GLM's default, not DeepSeek's 2.5
+  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(c.moe->names.block, "mlp.");
+  EXPECT_EQ(parse_model_config(with(glm, R"("head_dim": 16,)", R"("head_dim": 16, "partial_rotary_factor": 0.25,)"), "c")
+                .rotary_dim, 4);
+  EXPECT_EQ(parse_model_config(with(glm, R"("head_dim": 16,)", R"("head_dim": 16, "partial_rotary_factor": 1.0,)"), "c")
+                .rotary_dim, 16);
+  EXPECT_FALSE(parse_model_config(with(glm, R"("use_qk_norm": true)", R"("use_qk_norm": false)"), "c").qk_norm);
+  EXPECT_TRUE(has(error_of(with(glm, R"("head_dim": 16,)", R"("head_dim": 16, "partial_rotary_factor": 0.0625,)")),
+                  "rotates 1 dims"));
+  // A family whose attention rotates whole heads refuses a partial factor.
+  EXPECT_TRUE(has(error_of(with(kLlama, R"("hidden_act")", R"("partial_rotary_factor": 0.5, "hidden_act")")),
+                  "partial_rotary_factor 0.5 is not supported for LlamaForCausalLM"));
+}
+
 TEST(HfConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of(with(kLlama, "LlamaForCausalLM", "GPT2LMHeadModel")).find("unsupported architecture 'GPT2LMHeadModel'"),
             std::string::npos);

@@ -22,7 +22,7 @@ CpuBackend::CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm)
     : c_(std::move(config)),
       w_(std::move(weights)),
       comm_(comm),
-      rope_(c_.rope, c_.head_dim, rope_layout(c_)),
+      rope_(c_.rope, c_.rotary_dim, rope_layout(c_), c_.head_dim),
       kept_(std::size_t(c_.num_layers)) {
   LT_CHECK(int64_t(w_.layers.size()) == c_.num_layers, "weights hold ", w_.layers.size(),
            " layers, the config ", c_.num_layers);

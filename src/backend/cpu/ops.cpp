@@ -80,8 +80,10 @@ void mlp(const MlpWeights& m, const float* x, int64_t T, float* y) {
   linear(gate.data(), T, m.down, y);  // [T, H]
 }
 
-Rope::Rope(const RopeConfig& cfg, int64_t dim, Layout layout)
-    : dim_(dim), layout_(layout), inv_freq_(std::size_t(dim / 2)) {
+Rope::Rope(const RopeConfig& cfg, int64_t dim, Layout layout, int64_t head_dim)
+    : dim_(dim), head_dim_(head_dim == 0 ? dim : head_dim), layout_(layout), inv_freq_(std::size_t(dim / 2)) {
+  LT_CHECK(dim_ % 2 == 0 && dim_ <= head_dim_, "rope: rotary dim ", dim_, " must be even and at most head_dim ",
+           head_dim_);
   // Same float32 steps as transformers: inv_freq = 1 / theta^(2i/dim).
   const float theta = float(cfg.theta);
   for (int64_t i = 0; i < dim_ / 2; ++i)
@@ -119,7 +121,7 @@ void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets, i
         sin_t[std::size_t(i)] = std::sin(angle) * attention_factor_;
       }
       for (int64_t h = 0; h < heads; ++h) {
-        float* v = x + (t * heads + h) * dim_;
+        float* v = x + (t * heads + h) * head_dim_;
         if (layout_ == Layout::Interleaved) {  // de-interleave: evens to the first half, odds to the second
           for (int64_t i = 0; i < half; ++i) {
             pairs[std::size_t(i)] = v[2 * i];

@@ -33,15 +33,17 @@ void mlp(const MlpWeights& m, const float* x, int64_t T, float* y);
 class Rope {
  public:
   enum class Layout { HalfSplit, Interleaved };
-  Rope(const RopeConfig& cfg, int64_t dim, Layout layout = Layout::HalfSplit);
-  // x: [T, heads * dim]; position of token t is t - offsets[s] for the sample s that holds it,
+  // Rotates the first `dim` of every head's `head_dim` values (partial rotary when dim < head_dim:
+  // the rest pass through); head_dim 0 means dim.
+  Rope(const RopeConfig& cfg, int64_t dim, Layout layout = Layout::HalfSplit, int64_t head_dim = 0);
+  // x: [T, heads * head_dim]; position of token t is t - offsets[s] for the sample s that holds it,
   // plus `first_position` in the first sample (a later chunk of a sample: model/packed_batch.hpp).
   void apply(float* x, int64_t heads, const std::vector<int64_t>& offsets, int64_t first_position = 0) const;
   const std::vector<float>& inv_freq() const { return inv_freq_; }  // [dim/2]
   float attention_factor() const { return attention_factor_; }
 
  private:
-  int64_t dim_;
+  int64_t dim_, head_dim_;
   Layout layout_;
   float attention_factor_ = 1.0f;
   std::vector<float> inv_freq_;

@@ -112,8 +112,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
   max_kept_ = max_kept_positions(options_);
   ws_.emplace(shape_, WorkspaceSize{options_.max_batch_tokens, options_.max_capture_points, max_kept_});
   if (shape_.experts_grouped) grouped_.emplace(*weights_, shape_, ws_->expert_parts);
-  // The CPU backend's frequencies and YaRN factor, bit for bit (MLA: over the rope dims).
-  const cpu::Rope rope(config_.rope, shape_.head_dim);
+  // The CPU backend's frequencies and YaRN factor, bit for bit (over the rotary dims; MLA: the
+  // rope dims).
+  const cpu::Rope rope(config_.rope, config_.rotary_dim);
   rope_attention_factor_ = rope.attention_factor();
   LT_CUDA_CHECK(cudaMemcpy(ws_->inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * sizeof(float),
                            cudaMemcpyHostToDevice));
@@ -206,8 +207,8 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   const std::int64_t window = config_.sliding_window[std::size_t(layer)];
   const std::int64_t H = shape_.hidden, hd = shape_.head_dim, hq = shape_.heads, hkv = shape_.kv_heads;
   gemm_->linear(w.qkv, w.h, l.qkv.w, l.qkv.b, T, l.qkv.out, l.qkv.in, s);  // (T, (hq + 2 hkv) * hd)
-  kernels::qk_norm_rope(w.qkv, pos, w.inv_freq, l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd, s,
-                        rope_attention_factor_);
+  kernels::qk_norm_rope(w.qkv, pos, w.inv_freq, l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd,
+                        config_.rotary_dim, s, rope_attention_factor_);
   const ChunkRows& c = chunk_;
   if (c.kept == 0 && !c.keep) {  // whole samples: keys and values straight from the projection
     if (attention_ == AttentionKernel::Flash) {
