@@ -1,5 +1,5 @@
 """MoE / MLA golden fixtures for tools/make_fixtures.py (DeepSeek-V3, Kimi-K2, Kimi-K2.5 INT4,
-DeepSeek FP8, Qwen3-MoE), written in the per-expert tensor layout real checkpoints use.
+DeepSeek FP8, Qwen3-MoE, Mixtral, GLM-4.5 MoE), written in the per-expert tensor layout real checkpoints use.
 
 Not run on its own: make_fixtures.main() calls make_all(ctx, models_dir, golden, first_index) with
 ctx = the make_fixtures module (seeds, weight scales, capture_states, ...).
@@ -27,9 +27,14 @@ from transformers import (
     AutoModelForCausalLM,
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
+    Glm4MoeConfig,
+    Glm4MoeForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
 )
+from transformers.models.glm4_moe.modeling_glm4_moe import Glm4MoeRotaryEmbedding
 
 MIN_MARGIN = 1e-4  # every routing decision must win by at least this much (float32 noise is ~1e-7)
 FP8_BLOCK = [16, 8]  # [rows (output dim), cols (input dim)]; deliberately non-square
@@ -61,10 +66,35 @@ def ds_args(**kw):
     return base
 
 
-# name -> spec. "config": DeepseekV3Config / Qwen3MoeConfig kwargs of the model (rope in rope_parameters form).
-# "form": how config.json is written: "native" (transformers' own save), "classic" (native, RoPE rewritten
-# to top-level rope_theta + rope_scaling), "real" (hand-written key set of a real DeepSeek/Kimi config,
-# classic RoPE with "type"), "kimi_k25" (real K2.5 wrapper around a "real" text config).
+def mixtral_args(**kw):
+    base = dict(vocab_size=160, bos_token_id=1, eos_token_id=2, pad_token_id=None, initializer_range=0.08,
+                tie_word_embeddings=False, hidden_size=64, intermediate_size=32, num_hidden_layers=4,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
+                num_experts_per_tok=2, rms_norm_eps=1e-5, hidden_act="silu", max_position_embeddings=32768,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    base.update(kw)
+    return base
+
+
+# family -> (config class, model class)
+FAMILIES = {
+    "deepseek": (DeepseekV3Config, DeepseekV3ForCausalLM),
+    "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+    "mixtral": (MixtralConfig, MixtralForCausalLM),
+    "glm4_moe": (Glm4MoeConfig, Glm4MoeForCausalLM),
+}
+
+
+def noaux(family):
+    """Families routed by DeepSeek's noaux_tc router (sigmoid, e_score_correction_bias, groups)."""
+    return family in ("deepseek", "glm4_moe")
+
+
+# name -> spec. "config": DeepseekV3Config / Qwen3MoeConfig / MixtralConfig / Glm4MoeConfig kwargs of the model
+# (rope in rope_parameters form). "form": how config.json is written: "native" (transformers' own save), "classic"
+# (native, RoPE rewritten to top-level rope_theta + rope_scaling, and partial_rotary_factor, if any, top-level as
+# GLM-4.5 writes it), "real" (hand-written key set of a real DeepSeek/Kimi config, classic RoPE with "type"),
+# "kimi_k25" (real K2.5 wrapper around a "real" text config).
 # "router_std": std of the router matrices; "bias": e_score_correction_bias ~ uniform(lo, hi).
 MOE_MODELS = {
     "deepseek_v3": dict(
@@ -132,6 +162,23 @@ MOE_MODELS = {
             num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[1],
             rms_norm_eps=1e-6, max_position_embeddings=512,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Appended after the fixtures above (model numbers 12, 13, 14), so their seeds are unchanged.
+    "mixtral": dict(
+        family="mixtral", fmt="bf16", form="classic", router_std=0.3, seed_offset=2,
+        config=mixtral_args(sliding_window=None)),
+    "mixtral_swa": dict(
+        family="mixtral", fmt="bf16", form="classic", router_std=0.3, seed_offset=2,
+        config=mixtral_args(sliding_window=8)),
+    "glm4_moe": dict(
+        family="glm4_moe", fmt="bf16", form="classic", mtp=True, router_std=0.3, bias=(-1.1, 0.1), seed_offset=0,
+        config=dict(
+            vocab_size=160, bos_token_id=1, eos_token_id=2, pad_token_id=None, initializer_range=0.08,
+            tie_word_embeddings=False, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_hidden_layers=4, num_nextn_predict_layers=1, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, partial_rotary_factor=0.5, attention_bias=True, use_qk_norm=True, n_routed_experts=16,
+            num_experts_per_tok=4, n_group=4, topk_group=2, n_shared_experts=1, first_k_dense_replace=1,
+            norm_topk_prob=True, routed_scaling_factor=2.5, rms_norm_eps=1e-5, hidden_act="silu",
+            max_position_embeddings=131072, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
 }
 
 # Kimi-K2.5 style compressed-tensors config (routed experts only; vision tower and projector excluded).
@@ -178,11 +225,8 @@ MEDIA_PLACEHOLDER_TOKEN_ID = 158
 
 
 def build_model(spec, seed_build, seed_weights, ctx):
-    cfg_kwargs = dict(spec["config"])
-    if spec["family"] == "deepseek":
-        config, cls = DeepseekV3Config(**cfg_kwargs), DeepseekV3ForCausalLM
-    else:
-        config, cls = Qwen3MoeConfig(**cfg_kwargs), Qwen3MoeForCausalLM
+    cfg_cls, cls = FAMILIES[spec["family"]]
+    config = cfg_cls(**copy.deepcopy(spec["config"]))
     config._attn_implementation = "eager"
     config._experts_implementation = "eager"
     torch.manual_seed(seed_build)
@@ -314,6 +358,37 @@ def fuse_experts(weights, n_experts):
     return out
 
 
+# Mixtral checkpoints: block_sparse_moe.gate.weight and block_sparse_moe.experts.{e}.w1 (gate) / w2 (down) / w3 (up).
+MIXTRAL_EXPERT_NAMES = {"gate": "w1", "down": "w2", "up": "w3"}
+
+
+def mixtral_file_name(name):
+    """Per-expert in-memory name (mlp.experts.{e}.gate_proj.weight, mlp.gate.weight) -> Mixtral checkpoint name."""
+    m = re.fullmatch(r"(model\.layers\.\d+)\.mlp\.(.*)", name)
+    if not m:
+        return name
+    rest = m.group(2)
+    if e := re.fullmatch(r"experts\.(\d+)\.(gate|up|down)_proj\.weight", rest):
+        rest = f"experts.{e.group(1)}.{MIXTRAL_EXPERT_NAMES[e.group(2)]}.weight"
+    else:
+        assert rest == "gate.weight", name
+    return f"{m.group(1)}.block_sparse_moe.{rest}"
+
+
+def mixtral_memory_name(name):
+    """Inverse of mixtral_file_name."""
+    m = re.fullmatch(r"(model\.layers\.\d+)\.block_sparse_moe\.(.*)", name)
+    if not m:
+        return name
+    rest = m.group(2)
+    if e := re.fullmatch(r"experts\.(\d+)\.(w1|w2|w3)\.weight", rest):
+        proj = {v: k for k, v in MIXTRAL_EXPERT_NAMES.items()}[e.group(2)]
+        rest = f"experts.{e.group(1)}.{proj}_proj.weight"
+    else:
+        assert rest == "gate.weight", name
+    return f"{m.group(1)}.mlp.{rest}"
+
+
 FP8_LINEAR = re.compile(
     r"model\.layers\.\d+\.(self_attn\.(q_a_proj|q_b_proj|q_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj)"
     r"|mlp\.(gate_proj|up_proj|down_proj)|mlp\.shared_experts\.(gate|up|down)_proj"
@@ -325,7 +400,7 @@ def encode_checkpoint(model, spec):
     """Per-expert file tensors for `model` in the spec's format, and the in-memory parameters replaced by
     exactly what those tensors decode to. Returns (file tensors, stats)."""
     fmt = spec["fmt"]
-    n_exp = model.config.num_local_experts if spec["family"] == "deepseek" else model.config.num_experts
+    n_exp = model.config.num_local_experts  # an alias of n_routed_experts / num_experts where those are the keys
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     per_expert = split_experts(state, n_exp)
     files, decoded, stats = {}, {}, {"fp8_tensors": 0, "int4_tensors": 0, "int4_min_nibbles": 0}
@@ -357,10 +432,12 @@ def encode_checkpoint(model, spec):
     assert set(in_memory) == set(state), set(in_memory) ^ set(state)
     with torch.no_grad():
         model.load_state_dict(in_memory, strict=True)
+    if spec["family"] == "mixtral":
+        files = {mixtral_file_name(k): v for k, v in files.items()}
     return files, stats
 
 
-def decode_files(tensors, n_exp, prefix=""):
+def decode_files(tensors, n_exp, prefix="", family=None):
     """Decode checkpoint tensors read back from disk (own decoders, float32) into in-memory names."""
     plain = {}
     for name, t in tensors.items():
@@ -377,6 +454,8 @@ def decode_files(tensors, n_exp, prefix=""):
             plain[key] = fp8_decode(t, tensors[name + "_scale_inv"])
         else:
             plain[key] = t.float()
+    if family == "mixtral":
+        plain = {mixtral_memory_name(k): v for k, v in plain.items()}
     return fuse_experts(plain, n_exp)
 
 
@@ -463,7 +542,10 @@ def write_config(model_dir, model, spec, name):
         cfg.save_pretrained(model_dir)
         d = json.loads((model_dir / "config.json").read_text())
         if form == "classic":
-            d["rope_theta"], d["rope_scaling"] = classic_rope(d.pop("rope_parameters"))
+            rope = dict(d.pop("rope_parameters"))
+            if "partial_rotary_factor" in rope:  # top-level, as GLM-4.5's config.json has it
+                d["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
+            d["rope_theta"], d["rope_scaling"] = classic_rope(rope)
         if "num_local_experts" in d and spec["family"] == "qwen3_moe":
             d["num_experts"] = d.pop("num_local_experts")  # the Hub spelling (transformers 5 writes the alias)
         write_json(model_dir / "config.json", d)
@@ -491,7 +573,7 @@ def config_from_file(d, family):
         d = d["text_config"]
     kw = {k: v for k, v in d.items() if k not in ("architectures", "model_type", "quantization_config",
                                                     "torch_dtype", "transformers_version", "dtype")}
-    return DeepseekV3Config(**kw) if family == "deepseek" else Qwen3MoeConfig(**kw)
+    return FAMILIES[family][0](**kw)
 
 
 def check_config_roundtrip(d, model, spec):
@@ -502,8 +584,15 @@ def check_config_roundtrip(d, model, spec):
         keys += ["moe_intermediate_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                  "v_head_dim", "n_routed_experts", "n_group", "topk_group", "n_shared_experts",
                  "routed_scaling_factor", "first_k_dense_replace", "rope_interleave", "head_dim", "qk_head_dim"]
-    else:
+    elif spec["family"] == "qwen3_moe":
         keys += ["moe_intermediate_size", "num_experts", "decoder_sparse_step", "mlp_only_layers", "head_dim"]
+    elif spec["family"] == "mixtral":  # always renormalises: no norm_topk_prob
+        keys = [k for k in keys if k != "norm_topk_prob"]
+        keys += ["num_local_experts", "head_dim", "sliding_window", "tie_word_embeddings"]
+    else:
+        keys += ["moe_intermediate_size", "n_routed_experts", "n_group", "topk_group", "n_shared_experts",
+                 "routed_scaling_factor", "first_k_dense_replace", "head_dim", "attention_bias", "use_qk_norm",
+                 "num_nextn_predict_layers", "tie_word_embeddings"]
     for k in keys:
         a, b = getattr(c, k), getattr(m, k)
         if k == "rope_parameters":
@@ -573,7 +662,7 @@ def routing_report(model, golden, family):
            "distinct_sets": set()}
     with torch.no_grad():
         for layer, gate, x, chosen in records:
-            if family == "deepseek":
+            if noaux(family):
                 idx, gm, em = deepseek_route(gate, x)
                 rep["group_margin"] = min(rep["group_margin"], gm.min().item())
                 rep["bias_changes"] += int((~same_sets(idx, deepseek_route(gate, x, use_bias=False)[0])).sum())
@@ -627,10 +716,13 @@ def tp_report(config, spec):
         why = []
         if c.num_attention_heads % tp:
             why.append("heads")
-        if spec["family"] == "qwen3_moe":
+        if spec["family"] != "deepseek":  # GQA: kv heads split, or each replicated on tp / kv ranks
             if not (c.num_key_value_heads % tp == 0 or tp % c.num_key_value_heads == 0):
                 why.append("kv heads")
+        if spec["family"] == "qwen3_moe":
             n_exp, dense, moe_i, shared = c.num_experts, c.intermediate_size, c.moe_intermediate_size, 0
+        elif spec["family"] == "mixtral":  # no dense layer; intermediate_size is the experts' size
+            n_exp, dense, moe_i, shared = c.num_local_experts, 0, c.intermediate_size, 0
         else:
             n_exp, dense, moe_i = c.n_routed_experts, c.intermediate_size, c.moe_intermediate_size
             shared = c.moe_intermediate_size * c.n_shared_experts
@@ -668,35 +760,199 @@ def tp_report(config, spec):
 
 def describe_moe(name, spec, model, d, rep, sizes, tp, regimes, extra):
     c = model.config
-    ds = spec["family"] == "deepseek"
-    n_exp = c.n_routed_experts if ds else c.num_experts
-    if ds:
+    family = spec["family"]
+    ds = family == "deepseek"
+    n_exp = c.num_local_experts
+    if noaux(family):
         dense_layers = list(range(c.first_k_dense_replace))
         groups = f"{c.n_group}/{c.topk_group}"
         shared = f"{c.n_shared_experts}x{c.moe_intermediate_size}"
-        attn = dict(q_lora=c.q_lora_rank, kv_lora=c.kv_lora_rank,
-                    dims=f"{c.qk_nope_head_dim}/{c.qk_rope_head_dim}/{c.v_head_dim}")
     else:
         dense_layers = [i for i in range(c.num_hidden_layers) if i not in moe_layers(model)]
         groups, shared = "-", "-"
-        attn = dict(q_lora="-", kv_lora="-", dims=f"head_dim {c.head_dim}, kv heads {c.num_key_value_heads}")
+    if ds:
+        attn = dict(q_lora=c.q_lora_rank, kv_lora=c.kv_lora_rank,
+                    dims=f"{c.qk_nope_head_dim}/{c.qk_rope_head_dim}/{c.v_head_dim}")
+    else:
+        dims = f"head_dim {c.head_dim}, kv heads {c.num_key_value_heads}"
+        if family == "mixtral":
+            dims += f", sliding_window {c.sliding_window if c.sliding_window is not None else 'null'}"
+        if family == "glm4_moe":
+            dims += f", q/k/v bias {str(c.attention_bias).lower()}, qk norm {str(c.use_qk_norm).lower()}"
+        attn = dict(q_lora="-", kv_lora="-", dims=dims)
     rope = c.rope_parameters
     rope_s = rope["rope_type"] + f" theta {rope['rope_theta']:g}"
     if rope["rope_type"] == "yarn":
         rope_s += (f" x{rope['factor']:g} orig {rope['original_max_position_embeddings']}"
                    f" beta {rope['beta_fast']:g}/{rope['beta_slow']:g} mscale {rope['mscale']:g}/{rope['mscale_all_dim']:g}")
+    if "partial_rotary_factor" in rope:
+        prf = rope["partial_rotary_factor"]
+        rope_s += f", partial_rotary_factor {prf:g} (rotary dim {int(c.head_dim * prf)} of {c.head_dim})"
     if ds:
         rope_s += ", interleaved" if c.rope_interleave else ", rotate_half"
-    quant = {"bf16": "none (bf16; router bias float32)" if ds else "none (bf16)",
+    quant = {"bf16": "none (bf16; router bias float32)" if noaux(family) else "none (bf16)",
              "fp8": f"fp8 e4m3 blocks {FP8_BLOCK} (decoder Linears)",
              "int4": f"int4 group {INT4_GROUP} sym pack-quantized (routed experts)"}[spec["fmt"]]
+    intermediate = (f"-/{c.intermediate_size}" if family == "mixtral"
+                    else f"{c.intermediate_size}/{c.moe_intermediate_size}")
     arch = d.get("architectures", ["?"])[0]
     mtype = d["model_type"] + (f" (text: {d['text_config']['model_type']})" if "text_config" in d else "")
     return dict(name=name, arch=arch, model_type=mtype, fmt=spec["fmt"], form=spec["form"], hidden=c.hidden_size,
                 heads=c.num_attention_heads, layers=c.num_hidden_layers, experts=f"{n_exp}/{c.num_experts_per_tok}",
                 groups=groups, shared=shared, dense_layers=dense_layers, moe_layers=moe_layers(model),
-                intermediate=f"{c.intermediate_size}/{c.moe_intermediate_size}", rope=rope_s, quant=quant,
+                intermediate=intermediate, rope=rope_s, quant=quant, family=family,
                 eps=c.rms_norm_eps, rep=rep, sizes=sizes, tp=tp, regimes=regimes, extra=extra, **attn)
+
+
+# ----------------------------------------------------------------------------------------------
+# Mixtral / GLM-4.5: file layout and semantics the fixtures exercise
+
+
+def check_file_layout(on_disk, model, family):
+    """The checkpoint keys are the real Mixtral / GLM-4.5 ones."""
+    c, keys = model.config, set(on_disk)
+    L, E = c.num_hidden_layers, c.num_local_experts
+    for i in range(L):
+        p = f"model.layers.{i}."
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            assert p + f"self_attn.{proj}.weight" in keys, (p, proj)
+            has_bias = p + f"self_attn.{proj}.bias" in keys
+            assert has_bias == (family == "glm4_moe" and proj != "o_proj"), (p, proj, has_bias)
+        if family == "mixtral":
+            assert not any(k.startswith(p + "mlp.") for k in keys)
+            assert on_disk[p + "block_sparse_moe.gate.weight"].shape == (E, c.hidden_size)
+            for e in range(E):
+                q = p + f"block_sparse_moe.experts.{e}."
+                assert on_disk[q + "w1.weight"].shape == (c.intermediate_size, c.hidden_size)
+                assert on_disk[q + "w3.weight"].shape == (c.intermediate_size, c.hidden_size)
+                assert on_disk[q + "w2.weight"].shape == (c.hidden_size, c.intermediate_size)
+        else:
+            assert (p + "self_attn.q_norm.weight" in keys) and on_disk[p + "self_attn.k_norm.weight"].shape == (
+                c.head_dim,)
+            if i < c.first_k_dense_replace:
+                for proj in ("gate_proj", "up_proj", "down_proj"):
+                    assert p + f"mlp.{proj}.weight" in keys
+            else:
+                assert on_disk[p + "mlp.gate.weight"].shape == (E, c.hidden_size)
+                assert on_disk[p + "mlp.gate.e_score_correction_bias"].dtype == torch.float32
+                for e in range(E):
+                    for proj in ("gate_proj", "up_proj", "down_proj"):
+                        assert p + f"mlp.experts.{e}.{proj}.weight" in keys
+                for proj in ("gate_proj", "up_proj", "down_proj"):
+                    assert p + f"mlp.shared_experts.{proj}.weight" in keys
+    if family == "mixtral":
+        return (f"real Mixtral layout: block_sparse_moe.gate.weight [{E}, {c.hidden_size}], "
+                f"block_sparse_moe.experts.E.w1/w3 [{c.intermediate_size}, {c.hidden_size}], "
+                f"w2 [{c.hidden_size}, {c.intermediate_size}]")
+    mtp = sorted({k[len(f"model.layers.{L}."):] for k in keys if k.startswith(f"model.layers.{L}.")
+                  and ".experts." not in k and ".self_attn." not in k})
+    return (f"real GLM-4.5 layout: q/k/v biases (no o_proj bias), q_norm/k_norm [{c.head_dim}], dense layer(s) "
+            f"{list(range(c.first_k_dense_replace))}, mlp.gate + e_score_correction_bias (float32), experts, "
+            f"shared_experts; MTP layer non-expert, non-attention keys: {', '.join(mtp)}")
+
+
+def states_diff(ctx, model, golden, tensors):
+    """Largest |difference| from the references over the longest golden sample."""
+    longest = max(range(len(golden)), key=lambda i: len(golden[i]["input_ids"]))
+    return (ctx.capture_states(model, torch.tensor(golden[longest]["input_ids"]))
+            - tensors[f"sample{longest}.states"]).abs().max().item()
+
+
+def mixtral_checks(model, d, golden, tensors, ctx, checks):
+    c, extra = model.config, {}
+    assert "sliding_window" in d and d["sliding_window"] == c.sliding_window, d.get("sliding_window")
+    assert moe_layers(model) == list(range(c.num_hidden_layers)), moe_layers(model)
+    assert model.model.layers[0].self_attn.q_proj.bias is None
+    # Which keys position t of the first layer reads: perturb the token at t-W and at t-W+1 and see whether
+    # the first layer's output at t (states[1, t]) changes (W = the window, or 8 for the unwindowed model).
+    W = c.sliding_window or 8
+    longest = max(range(len(golden)), key=lambda i: len(golden[i]["input_ids"]))
+    ids = torch.tensor(golden[longest]["input_ids"])
+    t = 2 * W + 4
+    base = ctx.capture_states(model, ids)[1, t]
+
+    def first_layer_at_t_changes(p):
+        ids2 = ids.clone()
+        ids2[p] = (ids2[p] + 1) % ctx.MAX_TOKEN_ID
+        return not torch.equal(ctx.capture_states(model, ids2)[1, t], base)
+
+    inside, outside = first_layer_at_t_changes(t - W + 1), first_layer_at_t_changes(t - W)
+    assert inside
+    if c.sliding_window is not None:
+        assert not outside, "a key W positions back is attended"
+        alt = copy.deepcopy(model)
+        alt.config.sliding_window = None
+        diff = states_diff(ctx, alt, golden, tensors)
+        assert diff > 1e-3, diff
+        extra["no_window_diff"] = diff
+        checks.append(f"sliding window {W}: query {t} reads key {t - W + 1}, not key {t - W}; without the window "
+                      f"states change by up to {diff:.3g}")
+    else:
+        assert outside, "the unwindowed model ignores a key 8 positions back"
+        checks.append(f"sliding_window null: query {t} reads key {t - W} too (full causal attention)")
+    # Renormalised top-2 of a softmax over all experts == softmax over the 2 selected logits.
+    gate = model.model.layers[0].mlp.gate
+    x = torch.randn(5, c.hidden_size, generator=torch.Generator().manual_seed(0))
+    logits, scores, idx = gate(x)
+    assert logits.dtype == torch.float32 and scores.dtype == torch.float32
+    assert torch.allclose(scores, F.softmax(logits.gather(1, idx), dim=-1), rtol=0, atol=1e-6)
+    return extra
+
+
+def glm4_moe_checks(model, d, golden, tensors, ctx, checks):
+    c, extra = model.config, {"bias_std": ctx.BIAS_STD}
+    rope = c.rope_parameters
+    # config.json holds the classic top-level keys; transformers moves them into rope_parameters.
+    assert "rope_parameters" not in d and d["partial_rotary_factor"] == 0.5 and d["rope_theta"] == 1e6, d
+    assert rope["partial_rotary_factor"] == 0.5 and rope["rope_theta"] == 1e6, rope
+    # Without the key transformers would still use 0.5 (Glm4MoeConfig.__post_init__ default), and theta 10000.
+    bare = {k: v for k, v in d.items() if k not in ("partial_rotary_factor", "rope_theta", "rope_scaling",
+                                                    "architectures", "model_type", "dtype", "transformers_version")}
+    default_rope = Glm4MoeConfig(**bare).rope_parameters
+    assert default_rope["partial_rotary_factor"] == 0.5 and default_rope["rope_theta"] == 10000.0, default_rope
+    rdim = int(c.head_dim * rope["partial_rotary_factor"])
+    rot = model.model.rotary_emb
+    inv = 1.0 / (rope["rope_theta"] ** (torch.arange(0, rdim, 2, dtype=torch.float) / rdim))
+    assert rdim == 8 and torch.equal(inv, rot.inv_freq), (rdim, rot.inv_freq)
+    attn = model.model.layers[0].self_attn
+    assert attn.head_dim == c.head_dim == 16 and attn.scaling == c.head_dim ** -0.5
+    assert attn.q_proj.bias is not None and attn.k_proj.bias is not None and attn.v_proj.bias is not None
+    assert attn.o_proj.bias is None
+    assert attn.q_norm.variance_epsilon == c.rms_norm_eps and attn.k_norm.variance_epsilon == c.rms_norm_eps
+    assert moe_layers(model) == list(range(c.first_k_dense_replace, c.num_hidden_layers)), moe_layers(model)
+
+    def variant(change):
+        alt = copy.deepcopy(model)
+        with torch.no_grad():
+            change(alt)
+        return states_diff(ctx, alt, golden, tensors)
+
+    def full_rotary(alt):
+        alt.config.rope_parameters = {**rope, "partial_rotary_factor": 1.0}
+        alt.model.rotary_emb = Glm4MoeRotaryEmbedding(alt.config)
+
+    def no_bias(alt):
+        for layer in alt.model.layers:
+            for proj in ("q_proj", "k_proj", "v_proj"):
+                getattr(layer.self_attn, proj).bias.zero_()
+
+    def no_qk_norm(alt):
+        for layer in alt.model.layers:
+            layer.self_attn.q_norm = torch.nn.Identity()
+            layer.self_attn.k_norm = torch.nn.Identity()
+
+    def no_scaling(alt):
+        for i in moe_layers(alt):
+            alt.model.layers[i].mlp.gate.routed_scaling_factor = 1.0
+
+    for key, change, what in (("full_rotary_diff", full_rotary, "partial_rotary_factor 1.0"),
+                              ("no_bias_diff", no_bias, "q/k/v biases dropped"),
+                              ("no_qk_norm_diff", no_qk_norm, "q/k norms dropped"),
+                              ("no_scaling_diff", no_scaling, "routed_scaling_factor 1")):
+        extra[key] = variant(change)
+        assert extra[key] > 1e-3, (key, extra[key])
+        checks.append(f"{what}: states change by up to {extra[key]:.3g}")
+    return extra
 
 
 # ----------------------------------------------------------------------------------------------
@@ -708,7 +964,7 @@ def make_moe_model(name, index, model_dir, golden, ctx):
     seed_build, seed_weights = ctx.SEED + index, ctx.SEED + 100 + index + spec["seed_offset"]
     model = build_model(spec, seed_build, seed_weights, ctx)
     family = spec["family"]
-    n_exp = model.config.num_local_experts if family == "deepseek" else model.config.num_experts
+    n_exp = model.config.num_local_experts
     model_dir.mkdir(parents=True)
     files, stats = encode_checkpoint(model, spec)
     checks = []
@@ -746,7 +1002,7 @@ def make_moe_model(name, index, model_dir, golden, ctx):
     assert set(on_disk) == set(named)
     decoded = decode_files({k: v for k, v in on_disk.items()
                             if not re.match(rf"{re.escape(prefix)}model\.layers\.{model.config.num_hidden_layers}\.", k)},
-                           n_exp, prefix)
+                           n_exp, prefix, family)
     mem = model.state_dict()
     assert set(decoded) == set(mem), set(decoded) ^ set(mem)
     for k in mem:
@@ -756,6 +1012,8 @@ def make_moe_model(name, index, model_dir, golden, ctx):
         L = model.config.num_hidden_layers
         n_mtp = sum(k.startswith(f"model.layers.{L}.") for k in on_disk)
         checks.append(f"MTP layer model.layers.{L}.* present ({n_mtp} tensors, not part of the model)")
+    if family in ("mixtral", "glm4_moe"):
+        checks.append(check_file_layout(on_disk, model, family))
 
     if spec["fmt"] == "int4":
         # The library's own view of the files: quantized modules == routed experts, and its decompression
@@ -793,7 +1051,20 @@ def make_moe_model(name, index, model_dir, golden, ctx):
             output_loading_info=True)
         assert type(loaded) is type(model), type(loaded)
         problems = {k: v for k, v in info.items() if v}
+        mtp_prefix = f"model.layers.{model.config.num_hidden_layers}."
+        unexpected_mtp = set()
+        if spec.get("mtp"):  # the MTP layer is not part of the model: unexpected, and only it
+            unexpected_mtp = set(problems.pop("unexpected_keys", ()))
+            assert unexpected_mtp and all(k.startswith(mtp_prefix) for k in unexpected_mtp), unexpected_mtp
         assert not problems, problems
+        g = loaded.model.layers[moe_layers(model)[0]].mlp.gate
+        extra_load = f"; as loaded (dtype auto) the router weight is {str(g.weight.dtype).split('.')[-1]}"
+        if noaux(family):
+            extra_load += f", e_score_correction_bias {str(g.e_score_correction_bias.dtype).split('.')[-1]}"
+        if family == "glm4_moe":  # _keep_in_fp32_modules_strict (the README says so)
+            assert g.weight.dtype == torch.float32 and g.e_score_correction_bias.dtype == torch.float32
+        if family == "mixtral":  # the router computes in the model dtype (the README says so)
+            assert g.weight.dtype == torch.bfloat16
         loaded = loaded.float().eval()
         with torch.no_grad():
             for p in loaded.parameters():
@@ -801,11 +1072,17 @@ def make_moe_model(name, index, model_dir, golden, ctx):
         lstate = loaded.state_dict()
         for k, v in mem.items():
             assert torch.equal(lstate[k].float(), v), f"{name}: from_pretrained {k} differs"
-        if family == "deepseek":
+        if noaux(family):
             b = lstate[f"model.layers.{moe_layers(model)[0]}.mlp.gate.e_score_correction_bias"]
             assert b.abs().min() > 0
-        checks.append("from_pretrained: no missing/unexpected keys, every tensor equal"
-                      + (" (incl. e_score_correction_bias)" if family == "deepseek" else ""))
+        if spec.get("mtp"):
+            checks.append(f"from_pretrained: no missing keys, unexpected keys only the {len(unexpected_mtp)} of the "
+                          f"MTP layer {mtp_prefix}*, every tensor equal"
+                          + (" (incl. e_score_correction_bias)" if noaux(family) else "") + extra_load)
+        else:
+            checks.append("from_pretrained: no missing/unexpected keys, every tensor equal"
+                          + (" (incl. e_score_correction_bias)" if noaux(family) else "")
+                          + (extra_load if family in ("mixtral", "glm4_moe") else ""))
         reference_model = loaded
 
     # ---- reference states
@@ -829,7 +1106,7 @@ def make_moe_model(name, index, model_dir, golden, ctx):
     # ---- routing margins
     rep = routing_report(model, golden, family)
     assert rep["min_margin"] >= MIN_MARGIN, f"{name}: routing margin {rep['min_margin']:.3g} < {MIN_MARGIN}"
-    if family == "deepseek":
+    if noaux(family):
         assert rep["bias_changes"] > 0, f"{name}: e_score_correction_bias never changes the routing"
         if model.config.n_group > model.config.topk_group:
             assert rep["groups_change"] > 0, f"{name}: group masking never changes the routing"
@@ -870,6 +1147,10 @@ def make_moe_model(name, index, model_dir, golden, ctx):
                     - tensors[f"sample{longest}.states"]).abs().max().item()
             extra["latent_eps_diff"] = diff
             checks.append(f"latent norms with rms_norm_eps instead of 1e-6 change states by {diff:.3g}")
+    elif family == "mixtral":
+        extra.update(mixtral_checks(model, d, golden, tensors, ctx, checks))
+    elif family == "glm4_moe":
+        extra.update(glm4_moe_checks(model, d, golden, tensors, ctx, checks))
     else:
         c = model.config
         by_step = [i for i in range(L) if (i + 1) % c.decoder_sparse_step != 0]
@@ -879,17 +1160,20 @@ def make_moe_model(name, index, model_dir, golden, ctx):
         checks.append(f"MoE layers {moe_layers(model)}, dense by step {by_step}, dense by mlp_only_layers {by_list}")
 
     tp = tp_report(model.config, spec)
+    if family in ("mixtral", "glm4_moe"):
+        assert not any(tp.values()), f"{name}: must shard at TP {list(TP_SIZES)}: {tp}"
     sizes = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir())}
     checks.append(f"min routing margin {rep['min_margin']:.3g} (group {rep['group_margin']:.3g}, "
                   f"expert {rep['expert_margin']:.3g}) over {rep['tokens']} router calls")
-    if family == "deepseek":
+    if noaux(family):
         checks.append(f"bias changes {rep['bias_changes']}, group mask changes {rep['groups_change']}, "
                       f"0-fill would change {rep['zero_fill_changes']}, negative biased scores selected "
                       f"{rep['negative_biased_selected']}")
     checks.append(f"{rep['distinct_sets']} distinct expert sets")
     checks.append("TP " + ", ".join(f"{t}: {'ok' if not w else 'no (' + '; '.join(w) + ')'}" for t, w in tp.items()))
     print(f"  {name}:\n    " + "\n    ".join(checks))
-    return dict(describe_moe(name, spec, model, d, rep, sizes, tp, regimes, extra), index=index)
+    reloaded = None if reference_model is model else ("bit-identical" if exact else "within 1e-6")
+    return dict(describe_moe(name, spec, model, d, rep, sizes, tp, regimes, extra), index=index, reloaded=reloaded)
 
 
 def make_all(ctx, models_dir, golden, first_index):
@@ -911,7 +1195,7 @@ def readme_section(descs):
             f"| `{m['name']}` | {m['arch']} | {m['model_type']} | {m['fmt']} ({m['form']} config) | {m['hidden']} | "
             f"{m['heads']} | {m['q_lora'] if m['q_lora'] is not None else 'null'} | {m['kv_lora']} | {m['dims']} | "
             f"{m['intermediate']} | {m['experts']} | {m['groups']} | {m['shared']} | "
-            f"{','.join(map(str, m['dense_layers']))} | {m['eps']:g} | {m['rope']} | {m['quant']} |")
+            f"{','.join(map(str, m['dense_layers'])) or 'none'} | {m['eps']:g} | {m['rope']} | {m['quant']} |")
     margin_rows = []
     for m in descs:
         r = m["rep"]
@@ -935,7 +1219,15 @@ def readme_section(descs):
     numbers = ", ".join(f"`{m['name']}` {m['index']}" for m in descs)
     offsets = ", ".join(f"`{n}` {MOE_MODELS[n]['seed_offset']}" for n in MOE_MODELS)
     bias = tuple(MOE_MODELS["deepseek_v3"]["bias"])
+    assert all(tuple(spec["bias"]) == bias for spec in MOE_MODELS.values() if noaux(spec["family"]))
+    assert all(spec["router_std"] == 0.3 for spec in MOE_MODELS.values())
     dv3, kimi = by["deepseek_v3"], by["kimi_k2"]
+    mix, swa, glm = by["mixtral"], by["mixtral_swa"], by["glm4_moe"]
+    reloaded = [m for m in descs if m["reloaded"]]
+    reloaded_names = ", ".join(f"`{m['name']}`" for m in reloaded[:-1]) + f" and `{reloaded[-1]['name']}`"
+    reloaded_how = ("bit-identical to the in-memory one" if all(m["reloaded"] == "bit-identical" for m in reloaded)
+                    else "within 1e-6 of the in-memory one")
+    glm_cfg = MOE_MODELS["glm4_moe"]["config"]
     yarn_lines = "; ".join(
         f"`{m['name']}` {m['regimes'][0]}/{m['regimes'][1]}/{m['regimes'][2]} "
         f"[{', '.join(f'{e:g}' for e in m['regimes'][3])}], {m['extra']['attention_factor']:.9g}, "
@@ -947,15 +1239,19 @@ Written by hand from an in-memory transformers model (float32, eager attention, 
 **per-expert layout real checkpoints use** (transformers 5 fuses experts in memory as
 `mlp.experts.gate_up_proj [E, 2I, H]` / `down_proj [E, H, I]`; the files hold
 `mlp.experts.{{e}}.gate_proj.weight [I, H]`, `.up_proj.weight [I, H]`, `.down_proj.weight [H, I]`, `mlp.gate.weight [E, H]`,
-`mlp.gate.e_score_correction_bias [E]` (float32), `mlp.shared_experts.{{gate,up,down}}_proj.weight`). Apart from
+`mlp.gate.e_score_correction_bias [E]` (float32), `mlp.shared_experts.{{gate,up,down}}_proj.weight`; the Mixtral
+fixtures use Mixtral's own names instead: `block_sparse_moe.gate.weight [E, H]`, `block_sparse_moe.experts.{{e}}.w1.weight`
+(gate) `[I, H]`, `.w3.weight` (up) `[I, H]`, `.w2.weight` (down) `[H, I]`, which transformers 5.24 loads through its
+`mixtral` conversion mapping: `.block_sparse_moe.` -> `.mlp.`, w1 and w3 stacked and concatenated into
+`gate_up_proj`, w2 stacked into `down_proj`). Apart from
 the FP8 / INT4 tensors described below and the float32 bias, every tensor is bf16. Model numbers continue the numbering above ({numbers}), so no earlier fixture changed; the weight
 seed is SEED+100+n+offset, where the offset ({offsets}) was raised from 0 until every routing margin was >= {MIN_MARGIN:g}
 (see below). Router matrices are N(0, 0.3) (wider than the other matrices, so routing depends on the token and
 margins stay wide); `e_score_correction_bias` ~ uniform{bias} (transformers initialises it to zero), so many
 biased scores are negative and the -inf group masking matters. In-memory parameters are exactly what the files decode to, and the script proves it
-tensor by tensor; for `deepseek_v3`, `deepseek_v3_noqlora` and `qwen3_moe` it also loads the directory with
-`AutoModelForCausalLM.from_pretrained` (no missing/unexpected keys, every tensor equal, `e_score_correction_bias`
-loaded) and the reference states come from that model (bit-identical to the in-memory one).
+tensor by tensor; for {reloaded_names} it also loads the directory with
+`AutoModelForCausalLM.from_pretrained` (no missing keys, no unexpected keys except `glm4_moe`'s MTP layer, every
+tensor equal, `e_score_correction_bias` loaded) and the reference states come from that model ({reloaded_how}).
 `reference.safetensors` has exactly the format described above.
 
 | name | class | model_type | format (config form) | hidden | heads | q_lora | kv_lora | nope/rope/v | dense/moe intermediate | experts/top-k | groups/topk_group | shared | dense layers | rms_norm_eps | RoPE | quantization |
@@ -967,12 +1263,26 @@ by the step rule and 1 is dense only because of `mlp_only_layers` (transformers'
 `layer not in mlp_only_layers and num_experts > 0 and (layer + 1) % decoder_sparse_step == 0`). GQA 4/2 heads,
 head_dim 16, q/k norms, softmax routing, `norm_topk_prob` false.
 
+`mixtral` / `mixtral_swa`: `MixtralForCausalLM`, 4 layers, every layer MoE (8 experts, top-2, expert intermediate =
+`intermediate_size` {mix['intermediate'].split('/')[1]}; Mixtral has no `moe_intermediate_size`, no dense layer and no shared expert), GQA 4/2 heads,
+head_dim 16, no biases, no q/k norms. They differ only in `sliding_window` (null / 8) and in their weights (model
+numbers {mix['index']} / {swa['index']}). Three golden samples (19, 61 and 33 tokens) are longer than the window.
+
+`glm4_moe`: `Glm4MoeForCausalLM` (GLM-4.5 / 4.6 architecture), 4 layers: layer 0 dense SwiGLU (intermediate
+{glm_cfg['intermediate_size']}), layers 1-3 MoE ({glm_cfg['n_routed_experts']} routed experts of {glm_cfg['moe_intermediate_size']}, top-{glm_cfg['num_experts_per_tok']}, {glm_cfg['n_group']} groups / `topk_group` {glm_cfg['topk_group']}, one shared expert,
+`routed_scaling_factor` {glm_cfg['routed_scaling_factor']}, `norm_topk_prob` true); GQA 4/2 heads, head_dim 16, q/k/v biases
+(N(0, {glm['extra']['bias_std']:g}), o_proj has none), per-head q/k RMSNorms, `partial_rotary_factor` 0.5 (RoPE on 8 of 16 dims), `num_nextn_predict_layers` 1 with the
+multi-token-prediction layer `model.layers.4.*` in the file (see below).
+
 Config forms: `native` = what transformers 5.24 `save_pretrained` writes (`rope_parameters`; for DeepSeek it also
 writes `head_dim` = qk_rope_head_dim = 8 and `qk_head_dim` = 24 -- `head_dim` is NOT the attention head size);
 `classic` = the same with top-level `rope_theta` + `rope_scaling` (null for default RoPE; for `qwen3_moe` also the
 Hub key `num_experts`, which transformers 5 would write as its alias `num_local_experts`); `real` = the key set of
 a real DeepSeek-V3 / Kimi-K2 config.json (`rope_scaling` with `"type": "yarn"`, `topk_method` "noaux_tc",
 `scoring_func` "sigmoid", `torch_dtype`, no `rope_interleave` key: absent means interleaved, transformers' default).
+`mixtral`, `mixtral_swa` and `glm4_moe` are `classic` (top-level `rope_theta` 1e6, `rope_scaling` null; `glm4_moe`
+also has the top-level `partial_rotary_factor` 0.5 where GLM-4.5's config.json has it, and no `rope_parameters`;
+`sliding_window` is written for both Mixtral fixtures, null or 8, as in real Mixtral configs).
 
 - `kimi_k2`: `architectures` ["DeepseekV3ForCausalLM"], `model_type` "kimi_k2" (transformers does not register it;
   the reference is a DeepseekV3 model built from this config), n_group 1, `num_nextn_predict_layers` 1 and the
@@ -980,6 +1290,14 @@ a real DeepSeek-V3 / Kimi-K2 config.json (`rope_scaling` with `"type": "yarn"`, 
   `hnorm`, `eh_proj [H, 2H]`, `embed_tokens`, `shared_head.norm`, `shared_head.head` and a full MoE decoder layer).
   It is not part of the model: a loader must never read it. YaRN with Kimi's beta_fast = beta_slow = 1 and
   mscale 0.707 != mscale_all_dim 1.0, so the cos/sin attention factor is {kimi['extra']['attention_factor']:.6g} (not 1).
+- `glm4_moe`: `num_nextn_predict_layers` 1 and the multi-token-prediction layer `model.layers.4.*` is in the file
+  (random values, the GLM-4.5 MTP layout, the same as DeepSeek's: `eh_proj [H, 2H]`, `enorm`, `hnorm`,
+  `shared_head.norm`, `embed_tokens`, `shared_head.head` and a full MoE decoder layer with biases, q/k norms, router,
+  `e_score_correction_bias`, 16 experts and the shared expert), with `embed_tokens` and `shared_head.head` as
+  GLM-4.5 and GLM-4.5-Air checkpoints have them (GLM-4.6's omit those two). transformers 5.24 has no MTP module for
+  GLM: `from_pretrained` reports `model.layers.4.*` as unexpected keys (its `_keys_to_ignore_on_load_unexpected` only
+  names layers 46 and 92, the MTP layers of the real GLM-4.5-Air and GLM-4.5). It is not part of the model and not part
+  of the reference states (L = 4): a loader must never read it.
 - `kimi_k25_int4`: Kimi-K2.5 wrapper: `architectures` ["KimiK25ForConditionalGeneration"], `model_type` "kimi_k25",
   `media_placeholder_token_id` {MEDIA_PLACEHOLDER_TOKEN_ID}, a small `vision_config`, and `text_config` (model_type
   "kimi_k2") holding the DeepSeek-V3 text config and the `quantization_config`: compressed-tensors
@@ -1004,8 +1322,9 @@ a real DeepSeek-V3 / Kimi-K2 config.json (`rope_scaling` with `"type": "yarn"`, 
   own code, not transformers' FP8 loader.
 
 Routing margins (smallest over every token of every golden sample, run one sample at a time, every MoE layer;
-DeepSeek: group margin = topk_group-th minus next group score, expert margin = k-th selected minus best unselected
-biased score after group masking; Qwen3-MoE: k-th minus (k+1)-th softmax probability). Required >= {MIN_MARGIN:g}.
+DeepSeek and GLM-4.5 (the same noaux_tc router): group margin = topk_group-th minus next group score, expert
+margin = k-th selected minus best unselected biased score after group masking; Qwen3-MoE and Mixtral: k-th minus
+(k+1)-th softmax probability). Required >= {MIN_MARGIN:g}.
 "changes" columns count router calls (tokens x MoE layers) whose expert set would differ without the bias, without
 group masking, or with non-selected groups masked to 0 instead of -inf; "negative" counts selected experts whose
 biased score is negative.
@@ -1014,7 +1333,8 @@ biased score is negative.
 |---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(margin_rows)}
 
-Tensor-parallel sizes the shapes allow (heads, kv heads, whole experts, dense / moe / shared intermediate; FP8:
+Tensor-parallel sizes the shapes allow (heads, kv heads (GQA: split, or each replicated on TP / kv ranks), whole
+experts, dense / moe / shared intermediate (Mixtral: its expert `intermediate_size`); FP8:
 per-rank q_b and kv_b rows multiple of 16, o_proj columns multiple of 8, intermediate slices multiple of 16 and 8;
 INT4: down_proj input slices whole 32-groups if experts were sliced along the intermediate size):
 
@@ -1029,7 +1349,10 @@ Sizes:
 {chr(10).join(size_rows)}
 
 Semantics the MoE/MLA references follow (checked in transformers 5.24 `modeling_deepseek_v3.py`,
-`modeling_rope_utils.py`, `qwen3_moe/modeling_qwen3_moe.py`; several are asserted by the script):
+`modeling_rope_utils.py`, `qwen3_moe/modeling_qwen3_moe.py`, `mixtral/modeling_mixtral.py`,
+`glm4_moe/modeling_glm4_moe.py` and `configuration_glm4_moe.py`, `masking_utils.py`; several are asserted by the
+script). Reference states of every fixture here have the layout above, `[L+2, T, H]` with L = `num_hidden_layers`
+(4 for `mixtral`, `mixtral_swa`, `glm4_moe`; MTP layers are never part of it):
 
 - MLA: `q = q_b_proj(q_a_layernorm(q_a_proj(x)))` (or `q_proj(x)` when `q_lora_rank` is null), viewed as
   [heads, nope + rope]; `kv_a_proj_with_mqa(x)` splits into [kv_lora_rank | rope]; the first part goes through
@@ -1065,5 +1388,34 @@ Semantics the MoE/MLA references follow (checked in transformers 5.24 `modeling_
   are dense SwiGLU with `intermediate_size`.
 - Qwen3-MoE router: logits `x @ W^T` in the model dtype (float32 here), `p = softmax` in float32, top-k of p, renormalised only if `norm_topk_prob`
   (false here), no scaling factor, no shared expert.
+- Mixtral router (`MixtralTopKRouter`): logits `x @ W^T` in the model dtype (float32 here; a bf16 run would compute
+  them in bf16 -- Mixtral's router weight loads as bf16, unlike GLM's), `p = softmax(logits.float())` over all 8
+  experts, top-2 of p, **always** divided by their sum (no `norm_topk_prob` key; = softmax over the two selected
+  logits, asserted), no scaling factor, no shared expert. Mixtral attention: GQA, no biases, no q/k norms,
+  `rotate_half` RoPE over the whole head_dim, scale `head_dim ** -0.5`.
+- Sliding window (Mixtral, `create_sliding_window_causal_mask` when `sliding_window` is not null): a query at
+  position i attends to keys i-W+1 .. i (W keys including itself; mask `q - W < kv <= q`). The script proves it on
+  `mixtral_swa` (W = 8): changing the token at t-8 leaves layer 0's output at t = 20 unchanged, changing the token
+  at t-7 changes it; with `sliding_window` null (`mixtral`) the token at t-8 matters. Dropping `mixtral_swa`'s
+  window changes its states by up to {swa['extra']['no_window_diff']:.3g}.
+- GLM-4.5 attention (`Glm4MoeAttention`): q/k/v = Linear **with bias** (`attention_bias` true; `o_proj` never has
+  one), viewed as [T, heads, head_dim]; `q_norm` / `k_norm` = RMSNorm over each head's head_dim with `rms_norm_eps`,
+  applied **before** RoPE (when `use_qk_norm`); partial RoPE: `rotary_dim = int(head_dim * partial_rotary_factor)`
+  = 8; `rotate_half` on the first 8 dims of each head only (pairs (j, j+4), inv_freq_j = theta^(-2j/8), j = 0..3), dims
+  8..15 pass through unchanged; softmax scale `head_dim ** -0.5` with the full head_dim 16. `head_dim` comes from
+  config.json (`getattr(config, "head_dim", hidden / heads)`). The rotary embedding reads `partial_rotary_factor`
+  from `config.rope_parameters`; transformers moves the top-level `partial_rotary_factor` and `rope_theta` of
+  config.json there (`convert_rope_params_to_dict`). Absent from config.json, `partial_rotary_factor` defaults to
+  **0.5** for glm4_moe (`Glm4MoeConfig.__post_init__`), not 1.0, and `rope_theta` to 10000. Asserted: the model's
+  inv_freq has 4 entries; with `partial_rotary_factor` 1.0 states change by up to
+  {glm['extra']['full_rotary_diff']:.3g}, without the q/k/v biases by up to {glm['extra']['no_bias_diff']:.3g}, without the q/k norms by up to
+  {glm['extra']['no_qk_norm_diff']:.3g}, with `routed_scaling_factor` 1 by up to {glm['extra']['no_scaling_diff']:.3g}.
+- GLM-4.5 router (`Glm4MoeTopkRouter`): the DeepSeek noaux_tc router above, line for line (float32 logits
+  `x.float() @ W.float()^T`, sigmoid, bias for the choice only, group score = top-2 sum, -inf masking, unbiased
+  weights / (sum + 1e-20), times `routed_scaling_factor`); the MoE block adds the shared expert (intermediate
+  `moe_intermediate_size * n_shared_experts`, unscaled); layers `< first_k_dense_replace` are dense with
+  `intermediate_size`. `_keep_in_fp32_modules_strict` = ["e_score_correction_bias", "gate.weight"]: loaded with
+  `dtype="auto"` the router weight and bias stay float32 (the file's router weight is bf16, its values exact in
+  float32).
 - Experts: SwiGLU `down(silu(gate(x)) * up(x))`, each scaled by its routing weight and summed.
 """
