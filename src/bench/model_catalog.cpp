@@ -96,6 +96,53 @@ const char* kTinyMoe = R"json({
     "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]}
 })json";
 
+// The dense models and the two MoE families that are rows of parameters (Mixtral, GLM-4.5).
+const char* kLlama3_8B = R"json({
+  "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "rms_norm_eps": 1e-5,
+  "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, "hidden_act": "silu", "torch_dtype": "bfloat16"
+})json";
+
+const char* kLlama3_70B = R"json({
+  "architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+  "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "rms_norm_eps": 1e-5,
+  "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, "hidden_act": "silu", "torch_dtype": "bfloat16"
+})json";
+
+const char* kQwen3_8B = R"json({
+  "architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "rms_norm_eps": 1e-6,
+  "rope_theta": 1000000.0, "hidden_act": "silu", "torch_dtype": "bfloat16"
+})json";
+
+// Seconds to run: a smoke test of the benchmark itself.
+const char* kTiny = R"json({
+  "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 8,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000, "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0, "hidden_act": "silu", "torch_dtype": "bfloat16"
+})json";
+
+// mistralai/Mixtral-8x7B-v0.1.
+const char* kMixtral8x7B = R"json({
+  "architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+  "vocab_size": 32000, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+  "sliding_window": null, "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false
+})json";
+
+// zai-org/GLM-4.5 (its multi-token-prediction layer is never read).
+const char* kGlm45 = R"json({
+  "architectures": ["Glm4MoeForCausalLM"], "hidden_size": 5120, "intermediate_size": 12288,
+  "moe_intermediate_size": 1536, "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8,
+  "head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": true, "use_qk_norm": true,
+  "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1,
+  "first_k_dense_replace": 3, "norm_topk_prob": true, "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 1,
+  "vocab_size": 151552, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 1000000,
+  "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false
+})json";
+
 // `json` with its num_hidden_layers replaced by `layers` (> 0).
 std::string with_layers(std::string json, std::int64_t layers) {
   const std::string key = "\"num_hidden_layers\": ";
@@ -109,45 +156,23 @@ std::string with_layers(std::string json, std::int64_t layers) {
 
 std::vector<std::string> synthetic_model_names() {
   return {"llama3-8b", "llama3-70b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe",
-          "kimi-k2.5-mini"};
+          "kimi-k2.5-mini", "mixtral-8x7b", "glm-4.5"};
 }
 
 ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers) {
   LT_CHECK(layers >= 0, "bench: --layers must be positive");
   const std::map<std::string, const char*> json = {
-      {"kimi-k2.5", kKimiK25}, {"deepseek-v3", kDeepseekV3}, {"qwen3-30b-a3b", kQwen3_30B_A3B},
-      {"tiny-moe", kTinyMoe}, {"kimi-k2.5-mini", kKimiK25Mini}};
+      {"llama3-8b", kLlama3_8B},         {"llama3-70b", kLlama3_70B},       {"qwen3-8b", kQwen3_8B},
+      {"tiny", kTiny},                   {"kimi-k2.5", kKimiK25},           {"deepseek-v3", kDeepseekV3},
+      {"qwen3-30b-a3b", kQwen3_30B_A3B}, {"tiny-moe", kTinyMoe},            {"kimi-k2.5-mini", kKimiK25Mini},
+      {"mixtral-8x7b", kMixtral8x7B},    {"glm-4.5", kGlm45}};
   if (const auto it = json.find(name); it != json.end()) {
     const std::string text = layers > 0 ? with_layers(it->second, layers) : std::string(it->second);
     return parse_model_config(text, "synthetic " + name);
   }
-  ModelConfig c;
-  c.torch_dtype = DType::BF16;
-  if (name == "llama3-8b" || name == "llama3-70b") {  // Llama-3.1-8B, Llama-3.1-70B
-    c.architecture = "LlamaForCausalLM";
-    c.hidden_size = 4096, c.num_layers = 32, c.num_heads = 32, c.num_kv_heads = 8, c.head_dim = 128;
-    c.intermediate_size = 14336, c.vocab_size = 128256, c.rms_norm_eps = 1e-5;
-    if (name == "llama3-70b") c.hidden_size = 8192, c.num_layers = 80, c.num_heads = 64, c.intermediate_size = 28672;
-    c.rope.type = RopeConfig::Type::Llama3;
-    c.rope.theta = 500000.0, c.rope.factor = 8.0, c.rope.low_freq_factor = 1.0, c.rope.high_freq_factor = 4.0;
-    c.rope.original_max_position_embeddings = 8192;
-  } else if (name == "qwen3-8b") {  // Qwen3-8B
-    c.architecture = "Qwen3ForCausalLM";
-    c.hidden_size = 4096, c.num_layers = 36, c.num_heads = 32, c.num_kv_heads = 8, c.head_dim = 128;
-    c.intermediate_size = 12288, c.vocab_size = 151936, c.rms_norm_eps = 1e-6, c.qk_norm = true;
-    c.rope.theta = 1000000.0;
-  } else if (name == "tiny") {  // seconds to run: a smoke test of the benchmark itself
-    c.architecture = "LlamaForCausalLM";
-    c.hidden_size = 256, c.num_layers = 8, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 64;
-    c.intermediate_size = 512, c.vocab_size = 1000, c.rms_norm_eps = 1e-5;
-  } else {
-    std::string names;
-    for (const std::string& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
-    LT_FAIL("unknown synthetic model '", name, "' (", names, ")");
-  }
-  if (layers > 0) c.num_layers = layers;
-  c.sliding_window.assign(std::size_t(c.num_layers), 0);
-  return c;
+  std::string names;
+  for (const std::string& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
+  LT_FAIL("unknown synthetic model '", name, "' (", names, ")");
 }
 
 }  // namespace layertap

@@ -1,6 +1,6 @@
 // The benchmark's synthetic models: the shapes of released checkpoints, with no weights (the
-// backend makes random ones on the device). The MoE ones are config.json text, read by the same
-// parser as a real checkpoint's config.
+// backend makes random ones on the device), each config.json text read by the same parser as a
+// real checkpoint's config.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -67,7 +67,7 @@ class Plan(unittest.TestCase):
         return re.findall(r"device +([0-9.]+) GiB of ([0-9.]+) GiB: (fits|does NOT fit)(.*)", text)
 
     def test_full_size_layouts_fit_141_gib(self):
-        for arch in ("kimi-k2.5", "deepseek-v3"):
+        for arch in ("kimi-k2.5", "deepseek-v3", "glm-4.5"):
             with self.subTest(arch=arch):
                 model = self.checkpoint(arch, "--arch", arch)
                 r = self.extract(model, "--gpu-memory", "141")

@@ -718,7 +718,7 @@ ModelConfig synthetic_config(int64_t hd, bool qk_norm, int64_t window) {
   ModelConfig c;
   c.architecture = qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
   c.hidden_size = 256, c.intermediate_size = 320, c.num_layers = 3, c.num_heads = 512 / hd;
-  c.num_kv_heads = c.num_heads / 2, c.head_dim = hd, c.vocab_size = 500, c.rms_norm_eps = 1e-6;
+  c.num_kv_heads = c.num_heads / 2, c.head_dim = hd, c.rotary_dim = hd, c.vocab_size = 500, c.rms_norm_eps = 1e-6;
   c.qk_norm = qk_norm;
   c.qkv_bias = !qk_norm;  // the bias epilogue too
   c.sliding_window.assign(std::size_t(c.num_layers), window);

@@ -1,6 +1,7 @@
 // Planning the real sizes without a GPU: full-size shape-only checkpoints (every tensor of the real
 // name, shape and dtype, data left as sparse holes; tools/make_shape_checkpoint.py) of Kimi-K2.5
-// (INT4 experts, wrapper, vision tower), DeepSeek-V3 (FP8, MTP layer) and Llama-3.1-70B (bf16):
+// (INT4 experts, wrapper, vision tower), DeepSeek-V3 (FP8, MTP layer), Llama-3.1-70B (bf16),
+// Mixtral-8x7B (bf16) and GLM-4.5 (bf16, MTP layer, float32 router):
 //   - every rank's plan from the checkpoint equals the CUDA backend's own plan for the model
 //     (bench's synthetic config, PackedSource::Config) field by field: weights, packed bytes,
 //     scratch, workspace, pinned;
@@ -104,6 +105,8 @@ int main() {
     layout("deepseek-v3", "deepseek-v3", 8);
     layout("llama-3.1-70b", "llama3-70b", 8);
     layout("llama-3.1-70b", "llama3-70b", 4);
+    layout("mixtral-8x7b", "mixtral-8x7b", 8);
+    layout("glm-4.5", "glm-4.5", 8);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
