@@ -243,7 +243,7 @@ ModelWeights reference_weights(const ModelConfig& c, const TpShard& shard, std::
     const LayerSlices ls = layer_slices(c, shard, i);
     LayerWeights& l = m.layers[std::size_t(i)];
     l.input_norm = random.norm(ls.input_norm);
-    l.post_attn_norm = random.norm(ls.post_attn_norm);
+    l.pre_ffn_norm = random.norm(ls.pre_ffn_norm);
     if (const auto* g = std::get_if<GqaSlices>(&ls.attn))
       l.attn = random.gqa(*g);
     else

@@ -34,6 +34,9 @@ struct Family {
   bool mistral_window = false;           // sliding_window applies to every layer when set
   double partial_rotary_default = 1.0;   // partial_rotary_factor when config.json has none
   bool text_config = false;  // a multimodal wrapper: the text model's config is under text_config
+  // Gemma-3's parameters (parse_gemma3): (1+w) and sandwich norms, GeGLU, scaled embeddings,
+  // query_pre_attn_scalar, sliding and full layers by layer_types with a rope each.
+  bool gemma3 = false;
 };
 
 // The math is chosen by architecture, never by model_type: Moonshot ships Kimi-K2 as
@@ -49,6 +52,7 @@ constexpr Family kFamilies[] = {
     {"Glm4MoeForCausalLM", Attention::Gqa, Ffn::Glm4Moe, Bias::Qkv, QkNorm::WhenUseQkNorm, false, 0.5},
     {"DeepseekV3ForCausalLM", Attention::Mla, Ffn::DeepseekMoe},
     {"KimiK25ForConditionalGeneration", Attention::Mla, Ffn::DeepseekMoe, Bias::QkvO, QkNorm::None, false, 1.0, true},
+    {"Gemma3ForCausalLM", Attention::Gqa, Ffn::Dense, Bias::QkvO, QkNorm::Always, false, 1.0, false, true},
 };
 
 // Bounds far beyond any released model, tight enough that every product of sizes the loader and
@@ -78,6 +82,10 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
   const std::string type = p.string_or("rope_type", p.string_or("type", "default"));
   if (type == "default") {
     rope.type = RopeConfig::Type::Default;
+  } else if (type == "linear") {
+    rope.type = RopeConfig::Type::Linear;
+    LT_CHECK(p.has("factor"), p.where(), ": linear rope scaling lacks 'factor'");
+    rope.factor = p.number_or("factor", 0, {0, 1e4, true});
   } else if (type == "llama3") {
     rope.type = RopeConfig::Type::Llama3;
     for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
@@ -116,7 +124,7 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
     if (rope.beta_slow == 0) rope.beta_slow = 1.0;
     rope.truncate = p.boolean_or("truncate", true);
   } else {
-    LT_FAIL(p.where(), ": unsupported rope type '", excerpt(type), "' (supported: default, llama3, yarn)");
+    LT_FAIL(p.where(), ": unsupported rope type '", excerpt(type), "' (supported: default, linear, llama3, yarn)");
   }
   return rope;
 }
@@ -256,6 +264,60 @@ void parse_mixtral_moe(const JsonFields& j, ModelConfig& c) {
   check_expert_modules(j, c);
 }
 
+// Gemma-3 text (Gemma3TextConfig): layer_types (else every sliding_window_pattern-th layer full)
+// with a window of sliding_window; full layers take rope_theta with rope_scaling, sliding ones the
+// default rope at rope_local_base_freq (or each layer type's dict under rope_parameters).
+void parse_gemma3(const JsonFields& j, ModelConfig& c) {
+  const std::string act = j.string_or("hidden_activation", "gelu_pytorch_tanh");
+  LT_CHECK(act == "gelu_pytorch_tanh", j.where(), ": hidden_activation '", excerpt(act),
+           "' is not supported (only gelu_pytorch_tanh)");
+  LT_CHECK(!j.has("attn_logit_softcapping"), j.where(), ": attn_logit_softcapping is not supported");
+  LT_CHECK(!j.boolean_or("use_bidirectional_attention", false), j.where(),
+           ": use_bidirectional_attention is not supported (layertap runs causal decoders)");
+  c.activation = ModelConfig::Activation::GeluTanh;
+  c.norm_weight_offset = 1;
+  c.sandwich_norms = true;
+  c.embed_scale = float(std::sqrt(double(c.hidden_size)));  // a float32 buffer in transformers
+  c.query_pre_attn_scalar = j.number_or("query_pre_attn_scalar", 256, kPositive);
+  const int64_t window = j.integer_or("sliding_window", 4096, 1, kMaxPositions);
+  std::vector<bool> sliding(std::size_t(c.num_layers));
+  if (j.has("layer_types")) {
+    const json& types = j.array("layer_types");
+    LT_CHECK(int64_t(types.size()) == c.num_layers, j.where(), ": layer_types lists ", types.size(), " layers, ",
+             "num_hidden_layers is ", c.num_layers);
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
+      LT_CHECK(t == "sliding_attention" || t == "full_attention", j.where(), ": layer_types[", i, "] must be "
+               "'sliding_attention' or 'full_attention'");
+      sliding[i] = t == "sliding_attention";
+    }
+  } else {
+    const int64_t pattern = j.integer_or("sliding_window_pattern", 6, 1, kMaxLayers);
+    for (int64_t i = 0; i < c.num_layers; ++i) sliding[std::size_t(i)] = (i + 1) % pattern != 0;
+  }
+  RopeConfig global, local;
+  const json* per_type = j.raw().contains("rope_parameters") && j.raw()["rope_parameters"].is_object() &&
+                                 j.raw()["rope_parameters"].contains("full_attention")
+                             ? &j.raw()["rope_parameters"]
+                             : nullptr;
+  if (per_type != nullptr) {  // transformers 5's spelling: a rope dict per layer type
+    for (const char* type : {"full_attention", "sliding_attention"}) {
+      const JsonFields sub = JsonFields(*per_type, j.where() + " (rope_parameters)").object(type);
+      LT_CHECK(sub.has("rope_theta"), sub.where(), ": lacks 'rope_theta'");
+      (std::string(type) == "full_attention" ? global : local) = parse_rope(sub, c.max_position_embeddings);
+    }
+  } else {  // the Hub's: rope_theta (1e6) + rope_scaling for full layers, rope_local_base_freq (1e4)
+    global = parse_rope(j, c.max_position_embeddings);
+    if (!j.has("rope_theta")) global.theta = 1e6;
+    local.theta = j.number_or("rope_local_base_freq", 10000.0, {0, 1e12, true});
+  }
+  c.rope = global;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    c.sliding_window[std::size_t(i)] = sliding[std::size_t(i)] ? window : 0;
+    c.layer_rope[std::size_t(i)] = sliding[std::size_t(i)] ? local : global;
+  }
+}
+
 const Family& find_family(const json& j, const std::string& src) {
   LT_CHECK(j.contains("architectures") && j["architectures"].is_array() && j["architectures"].size() == 1 &&
                j["architectures"][0].is_string(),
@@ -300,14 +362,16 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.rms_norm_eps = j.number_or("rms_norm_eps", 1e-6, {0, 0.1, true});
   c.rope = parse_rope(j, c.max_position_embeddings);
   c.tie_word_embeddings = j.boolean_or("tie_word_embeddings", false);
-  const std::string act = j.string_or("hidden_act", "silu");
-  LT_CHECK(act == "silu", j.where(), ": hidden_act '", excerpt(act), "' is not supported (only silu)");
+  if (!family.gemma3) {
+    const std::string act = j.string_or("hidden_act", "silu");
+    LT_CHECK(act == "silu", j.where(), ": hidden_act '", excerpt(act), "' is not supported (only silu)");
+  }
 
   if (family.attention == Attention::Mla) {
     c.mla = parse_mla(j, c);
     c.head_dim = c.mla->qk_rope_head_dim;  // what transformers' DeepseekV3Config sets, the rope dim
-  } else if (j.has("head_dim")) {
-    c.head_dim = j.integer("head_dim", 2, kMaxWidth);
+  } else if (j.has("head_dim") || family.gemma3) {
+    c.head_dim = j.integer_or("head_dim", 256, 2, kMaxWidth);  // Gemma3TextConfig's default
   } else {
     LT_CHECK(c.hidden_size % c.num_heads == 0, j.where(), ": hidden_size ", c.hidden_size,
              " is not divisible by num_attention_heads ", c.num_heads, " and head_dim is not given");
@@ -335,7 +399,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
 
   c.sliding_window.assign(std::size_t(c.num_layers), 0);
-  if (family.mistral_window) {
+  c.layer_rope.assign(std::size_t(c.num_layers), c.rope);
+  if (family.gemma3) {
+    parse_gemma3(j, c);
+  } else if (family.mistral_window) {
     c.sliding_window.assign(std::size_t(c.num_layers), j.integer_or("sliding_window", 0, 0, kMaxPositions));
   } else {
     LT_CHECK(!j.boolean_or("use_sliding_window", false), j.where(),
@@ -365,6 +432,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         "media_placeholder_token_id", j.integer_or("media_placeholder_token_id", -1, -1, kMaxVocab - 1), -1,
         kMaxVocab - 1);
   return c;
+}
+
+float ModelConfig::attention_scale() const {
+  return query_pre_attn_scalar > 0 ? float(std::pow(query_pre_attn_scalar, -0.5)) : 1.0f / std::sqrt(float(head_dim));
 }
 
 ModelConfig load_model_config(const std::string& path) {

@@ -15,7 +15,7 @@
 namespace layertap {
 
 struct RopeConfig {
-  enum class Type { Default, Llama3, Yarn };
+  enum class Type { Default, Linear, Llama3, Yarn };  // Linear: inv_freq / factor (Gemma-3's global layers)
   Type type = Type::Default;
   double theta = 10000.0;
   // llama3 frequency scaling (transformers' _compute_llama3_parameters) and YaRN share these two.
@@ -85,12 +85,27 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
+  // [L] each layer's RoPE: `rope`, except where a family gives sliding layers their own (Gemma-3's
+  // rope_local_base_freq).
+  std::vector<RopeConfig> layer_rope;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;   // Qwen2: q/k/v biases; Llama attention_bias: q/k/v/o
   bool o_bias = false;
   bool mlp_bias = false;   // Llama mlp_bias
   bool qk_norm = false;    // Qwen3, GLM-4.5 use_qk_norm: per-head RMSNorm on q and k before RoPE
   std::vector<int64_t> sliding_window;  // [L] per layer; 0 = full causal attention
+  // GQA scores are scaled by query_pre_attn_scalar^-0.5 when set (Gemma-3), else head_dim^-0.5.
+  double query_pre_attn_scalar = 0;
+  // Norms and activations (Gemma-3 differs in each): every RMSNorm weight w is applied as
+  // (norm_weight_offset + w); with sandwich_norms the attention and FFN outputs are normed
+  // (post_attention_layernorm, post_feedforward_layernorm) before their residual adds, and the FFN
+  // reads pre_feedforward_layernorm's output; the dense MLP's gate activation; the embedding's
+  // output is multiplied by embed_scale.
+  float norm_weight_offset = 0;
+  bool sandwich_norms = false;
+  enum class Activation { Silu, GeluTanh };  // GeluTanh: gelu_pytorch_tanh (GeGLU)
+  Activation activation = Activation::Silu;
+  float embed_scale = 1;
   DType torch_dtype = DType::F32;
 
   std::optional<MlaConfig> mla;   // set: every layer's attention is MLA, else GQA
@@ -103,6 +118,8 @@ struct ModelConfig {
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   bool is_moe_layer(int64_t i) const { return moe && moe_layers[std::size_t(i)]; }
+  // The GQA softmax scale, in float as transformers' eager attention applies it.
+  float attention_scale() const;
 };
 
 // Parses and validates config.json; errors name the file and the key.

@@ -134,7 +134,13 @@ LayerSlices layer_slices(const ModelConfig& c, const TpShard& s, int64_t i) {
   const std::string p = cat(c.tensor_prefix, "layers.", i, ".");
   LayerSlices l;
   l.input_norm = {p + "input_layernorm.weight", c.hidden_size};
-  l.post_attn_norm = {p + "post_attention_layernorm.weight", c.hidden_size};
+  if (c.sandwich_norms) {  // Gemma: post_attention_layernorm norms the attention's output
+    l.post_attn_norm = VectorSlice{p + "post_attention_layernorm.weight", c.hidden_size};
+    l.pre_ffn_norm = {p + "pre_feedforward_layernorm.weight", c.hidden_size};
+    l.post_ffn_norm = VectorSlice{p + "post_feedforward_layernorm.weight", c.hidden_size};
+  } else {
+    l.pre_ffn_norm = {p + "post_attention_layernorm.weight", c.hidden_size};
+  }
   if (c.mla)
     l.attn = mla(c, s, p);
   else

@@ -95,13 +95,19 @@ struct MoeSlices {
 };
 
 struct LayerSlices {
-  VectorSlice input_norm, post_attn_norm;  // [H]
+  VectorSlice input_norm, pre_ffn_norm;  // [H] the attention's and the FFN's input norms
+  // [H] with sandwich norms (Gemma-3): the attention's and the FFN's outputs normed before their
+  // residual adds.
+  std::optional<VectorSlice> post_attn_norm, post_ffn_norm;
   std::variant<GqaSlices, MlaSlices> attn;
   std::variant<MlpSlices, MoeSlices> ffn;
 
   // Every Linear of the layer in checkpoint order (attention, then the MLP or the experts).
   template <class F>
   void for_each_linear(F&& f) const;
+  // Every norm weight of the layer (the layer's, q/k or latent norms).
+  template <class F>
+  void for_each_vector(F&& f) const;
 };
 
 // The replicated tensors outside the layers.
@@ -138,6 +144,21 @@ void LayerSlices::for_each_linear(F&& f) const {
     const MoeSlices& e = std::get<MoeSlices>(ffn);
     for (const MlpSlices& x : e.routed) mlp(x);
     if (e.shared) mlp(*e.shared);
+  }
+}
+
+template <class F>
+void LayerSlices::for_each_vector(F&& f) const {
+  for (const VectorSlice* v : {&input_norm, &pre_ffn_norm}) f(*v);
+  for (const auto* v : {&post_attn_norm, &post_ffn_norm})
+    if (*v) f(**v);
+  if (const auto* g = std::get_if<GqaSlices>(&attn)) {
+    for (const auto* v : {&g->q_norm, &g->k_norm})
+      if (*v) f(**v);
+  } else {
+    const MlaSlices& m = std::get<MlaSlices>(attn);
+    if (m.q_a_norm) f(*m.q_a_norm);
+    f(m.kv_a_norm);
   }
 }
 

@@ -139,7 +139,9 @@ ModelWeights load_weights(const Checkpoint& ck, const ModelConfig& c, const TpSh
     const LayerSlices ls = layer_slices(c, s, i);
     LayerWeights& l = m.layers[std::size_t(i)];
     l.input_norm = load.vector(ls.input_norm);
+    l.pre_ffn_norm = load.vector(ls.pre_ffn_norm);
     l.post_attn_norm = load.vector(ls.post_attn_norm);
+    l.post_ffn_norm = load.vector(ls.post_ffn_norm);
     if (const auto* g = std::get_if<GqaSlices>(&ls.attn))
       l.attn = load.gqa(*g);
     else
@@ -157,22 +159,13 @@ int64_t host_weight_bytes(const ModelConfig& c, const TpShard& s) {
   // Counted in double: a hostile config's total can pass int64 (4096 layers of 256 experts of
   // width 2^20), and below 2^53 elements (every real model) the count is exact.
   double n = double(c.vocab_size) * double(c.hidden_size) + double(c.hidden_size);  // embedding, final norm
-  const auto vector = [&](const std::optional<VectorSlice>& v) { n += v ? double(v->size) : 0; };
   const auto linear = [&](const LinearSlice& l) {
     n += double(l.rows()) * double(l.cols()) + double(l.bias_values());
   };
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerSlices ls = layer_slices(c, s, i);
-    n += double(ls.input_norm.size + ls.post_attn_norm.size);
+    ls.for_each_vector([&](const VectorSlice& v) { n += double(v.size); });
     ls.for_each_linear(linear);
-    if (const auto* g = std::get_if<GqaSlices>(&ls.attn)) {
-      vector(g->q_norm);
-      vector(g->k_norm);
-    } else {
-      const MlaSlices& a = std::get<MlaSlices>(ls.attn);
-      vector(a.q_a_norm);
-      vector(a.kv_a_norm);
-    }
     if (const auto* e = std::get_if<MoeSlices>(&ls.ffn))
       n += double(e->experts) * double(c.hidden_size) + (e->score_bias ? double(e->experts) : 0);
   }

@@ -52,8 +52,9 @@ struct MoeWeights {
 };
 
 struct LayerWeights {
-  std::vector<float> input_norm;      // [H]
-  std::vector<float> post_attn_norm;  // [H]
+  std::vector<float> input_norm;    // [H]
+  std::vector<float> pre_ffn_norm;  // [H]
+  std::vector<float> post_attn_norm, post_ffn_norm;  // [H] sandwich norms (Gemma-3), or empty
   std::variant<AttentionWeights, MlaWeights> attn;
   std::variant<MlpWeights, MoeWeights> ffn;
 };

@@ -32,7 +32,7 @@ int run_case(std::int64_t T, std::int64_t I, std::uint64_t seed, cudaStream_t st
       gate[std::size_t(t * I + i)] = in[std::size_t(t * 2 * I + i)];
       up[std::size_t(t * I + i)] = in[std::size_t(t * 2 * I + I + i)];
     }
-  layertap::cpu::swiglu(gate.data(), up.data(), ref.data(), T * I);
+  layertap::cpu::gated_activation(gate.data(), up.data(), ref.data(), T * I);
 
   Guarded<bf16_bits> d_gu(T * 2 * I), d_act(T * I);
   d_gu.upload(gu);

@@ -22,7 +22,7 @@ std::size_t floats(const MlpWeights& m) { return floats(m.gate) + floats(m.up) +
 int64_t held_bytes(const ModelWeights& w) {
   std::size_t n = w.embed.size() + w.final_norm.size();
   for (const LayerWeights& l : w.layers) {
-    n += l.input_norm.size() + l.post_attn_norm.size();
+    n += l.input_norm.size() + l.pre_ffn_norm.size() + l.post_attn_norm.size() + l.post_ffn_norm.size();
     n += std::visit(
         [](const auto& a) -> std::size_t {
           if constexpr (std::is_same_v<std::decay_t<decltype(a)>, AttentionWeights>)

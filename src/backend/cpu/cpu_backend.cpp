@@ -13,8 +13,13 @@
 namespace layertap {
 
 namespace {
-cpu::Rope::Layout rope_layout(const ModelConfig& c) {
-  return c.mla && c.mla->rope_interleave ? cpu::Rope::Layout::Interleaved : cpu::Rope::Layout::HalfSplit;
+std::vector<cpu::Rope> layer_ropes(const ModelConfig& c) {
+  const auto layout = c.mla && c.mla->rope_interleave ? cpu::Rope::Layout::Interleaved : cpu::Rope::Layout::HalfSplit;
+  LT_CHECK(int64_t(c.layer_rope.size()) == c.num_layers, "config holds ", c.layer_rope.size(), " layer ropes for ",
+           c.num_layers, " layers");
+  std::vector<cpu::Rope> ropes;
+  for (const RopeConfig& r : c.layer_rope) ropes.emplace_back(r, c.rotary_dim, layout, c.head_dim);
+  return ropes;
 }
 }  // namespace
 
@@ -22,7 +27,7 @@ CpuBackend::CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm)
     : c_(std::move(config)),
       w_(std::move(weights)),
       comm_(comm),
-      rope_(c_.rope, c_.rotary_dim, rope_layout(c_), c_.head_dim),
+      rope_(layer_ropes(c_)),
       kept_(std::size_t(c_.num_layers)) {
   LT_CHECK(int64_t(w_.layers.size()) == c_.num_layers, "weights hold ", w_.layers.size(),
            " layers, the config ", c_.num_layers);
@@ -34,34 +39,36 @@ void CpuBackend::attention(int64_t layer, const float* h, const PackedBatch& bat
   const LayerWeights& l = w_.layers[std::size_t(layer)];
   KeptRows& kept = kept_[std::size_t(layer)];
   if (const auto* mla = std::get_if<MlaWeights>(&l.attn))
-    cpu::mla_attention(*c_.mla, *mla, rope_, h, batch, kept.k, out);
+    cpu::mla_attention(*c_.mla, *mla, rope_[std::size_t(layer)], h, batch, kept.k, out);
   else
-    gqa(std::get<AttentionWeights>(l.attn), h, batch, c_.sliding_window[std::size_t(layer)], kept, out);
+    gqa(layer, std::get<AttentionWeights>(l.attn), h, batch, kept, out);
   comm_.all_reduce_sum(out, std::size_t(batch.num_tokens() * c_.hidden_size));
 }
 
 // Grouped-query attention: h [T, H] -> out [T, H], this rank's heads' share of o_proj.
-void CpuBackend::gqa(const AttentionWeights& a, const float* h, const PackedBatch& batch, int64_t window,
+void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, const PackedBatch& batch,
                      KeptRows& kept, float* out) {
+  const cpu::Rope& rope = rope_[std::size_t(layer)];
+  const int64_t window = c_.sliding_window[std::size_t(layer)];
   const int64_t hd = c_.head_dim, T = batch.num_tokens();
   const std::vector<int64_t>& offsets = batch.offsets;
   std::vector<float> q(std::size_t(T * a.q.out)), k(std::size_t(T * a.k.out)), v(std::size_t(T * a.v.out));
   cpu::linear(h, T, a.q, q.data());  // [T, heads*hd]
   cpu::linear(h, T, a.k, k.data());  // [T, kv_heads*hd]
   cpu::linear(h, T, a.v, v.data());  // [T, kv_heads*hd]
-  if (!a.q_norm.empty()) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
-    const float eps = float(c_.rms_norm_eps);
-    cpu::rms_norm(q.data(), a.q_norm.data(), q.data(), T * a.heads, hd, eps);
-    cpu::rms_norm(k.data(), a.k_norm.data(), k.data(), T * a.kv_heads, hd, eps);
+  if (!a.q_norm.empty()) {  // Qwen3, GLM-4.5, Gemma-3: RMSNorm over each head's hd values, before RoPE
+    const float eps = float(c_.rms_norm_eps), offset = c_.norm_weight_offset;
+    cpu::rms_norm(q.data(), a.q_norm.data(), q.data(), T * a.heads, hd, eps, offset);
+    cpu::rms_norm(k.data(), a.k_norm.data(), k.data(), T * a.kv_heads, hd, eps, offset);
   }
-  rope_.apply(q.data(), a.heads, offsets, batch.first_position);
-  rope_.apply(k.data(), a.kv_heads, offsets, batch.first_position);
+  rope.apply(q.data(), a.heads, offsets, batch.first_position);
+  rope.apply(k.data(), a.kv_heads, offsets, batch.first_position);
   // K and V of the sample in flight's earlier chunks in front of the batch's own.
   const cpu::KeyRows keys = cpu::with_kept_rows(kept.k, k.data(), batch, a.k.out);
   const cpu::KeyRows values = cpu::with_kept_rows(kept.v, v.data(), batch, a.v.out);
   std::vector<float> ctx(std::size_t(T * a.q.out));  // [T, heads*hd]
   cpu::causal_attention(q.data(), offsets, keys.rows, values.rows, keys.offsets, ctx.data(),
-                        {a.heads, a.kv_heads, hd, hd, 1.0f / std::sqrt(float(hd)), window});
+                        {a.heads, a.kv_heads, hd, hd, c_.attention_scale(), window});
   kept.k = cpu::rows_to_keep(keys, batch, a.k.out);
   kept.v = cpu::rows_to_keep(values, batch, a.v.out);
   cpu::linear(ctx.data(), T, a.o, out);  // [T, H] partial sum over this rank's heads
@@ -90,7 +97,7 @@ void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
     cpu::moe_ffn(*moe, r, h, T, H, out);
     routing_[std::size_t(layer)] = std::move(r);
   } else {
-    cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out);
+    cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out, c_.activation);
   }
   comm_.all_reduce_sum(out, std::size_t(T * c_.hidden_size));
 }
@@ -135,20 +142,27 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
              c_.vocab_size);
     std::memcpy(&x[std::size_t(t * H)], &w_.embed[std::size_t(id) * std::size_t(H)], std::size_t(H) * sizeof(float));
   }
+  if (c_.embed_scale != 1)
+    for (float& v : x) v *= c_.embed_scale;
   std::vector<float> h(x.size()), delta(x.size());
-  const float eps = float(c_.rms_norm_eps);
+  const float eps = float(c_.rms_norm_eps), offset = c_.norm_weight_offset;
+  // x += delta, with the sub-layer's output normed first under sandwich norms (Gemma-3).
+  const auto residual_add = [&](const std::vector<float>& post_norm) {
+    if (!post_norm.empty()) cpu::rms_norm(delta.data(), post_norm.data(), delta.data(), T, H, eps, offset);
+    for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
+  };
   for (int64_t i = 0; i < L; ++i) {
     capture(i, x);
     const LayerWeights& l = w_.layers[std::size_t(i)];
-    cpu::rms_norm(x.data(), l.input_norm.data(), h.data(), T, H, eps);
+    cpu::rms_norm(x.data(), l.input_norm.data(), h.data(), T, H, eps, offset);
     attention(i, h.data(), batch, delta.data());
-    for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
-    cpu::rms_norm(x.data(), l.post_attn_norm.data(), h.data(), T, H, eps);
+    residual_add(l.post_attn_norm);
+    cpu::rms_norm(x.data(), l.pre_ffn_norm.data(), h.data(), T, H, eps, offset);
     ffn(i, h.data(), T, delta.data());
-    for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
+    residual_add(l.post_ffn_norm);
   }
   capture(L, x);
-  cpu::rms_norm(x.data(), w_.final_norm.data(), h.data(), T, H, eps);
+  cpu::rms_norm(x.data(), w_.final_norm.data(), h.data(), T, H, eps, offset);
   capture(L + 1, h);
   const int64_t last = batch.offsets[batch.offsets.size() - 2];  // the last segment's first row
   kept_positions_ = batch.last_continues ? T - last + (batch.num_samples() == 1 ? batch.first_position : 0) : 0;

@@ -43,14 +43,14 @@ class CpuBackend final : public Backend {
 
   // The parts of one decoder layer; each ends in the one all-reduce of its row-parallel output.
   void attention(int64_t layer, const float* h, const PackedBatch& batch, float* out);
-  void gqa(const AttentionWeights& a, const float* h, const PackedBatch& batch, int64_t window, KeptRows& kept,
+  void gqa(int64_t layer, const AttentionWeights& a, const float* h, const PackedBatch& batch, KeptRows& kept,
            float* out);
   void ffn(int64_t layer, const float* h, int64_t T, float* out);
 
   ModelConfig c_;
   ModelWeights w_;
   TpComm& comm_;
-  cpu::Rope rope_;
+  std::vector<cpu::Rope> rope_;  // [L] each layer's (ModelConfig::layer_rope)
   std::vector<KeptRows> kept_;  // [L]
   int64_t kept_positions_ = 0;  // positions of the sample in flight kept (0: none)
   std::vector<cpu::Routing> routing_;          // [L] the last forward's choices (empty for dense layers)

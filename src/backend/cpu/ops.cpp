@@ -15,14 +15,14 @@ void set_num_threads(int threads) {
   if (threads > 0) openblas_set_num_threads(threads);
 }
 
-void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps) {
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, float weight_offset) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
     double ss = 0.0;  // accumulated in double: the float32 result is then correctly rounded
     for (int64_t c = 0; c < cols; ++c) ss += double(xr[c]) * double(xr[c]);
     const float inv = 1.0f / std::sqrt(float(ss / double(cols)) + eps);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = w[c] * (xr[c] * inv);
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (weight_offset + w[c]) * (xr[c] * inv);
   }
 }
 
@@ -35,10 +35,19 @@ void linear(const float* x, int64_t T, const Linear& l, float* y) {
       for (int64_t o = 0; o < l.out; ++o) y[t * l.out + o] += l.b[std::size_t(o)];
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+void gated_activation(const float* gate, const float* up, float* out, int64_t n, ModelConfig::Activation act) {
+  if (act == ModelConfig::Activation::Silu) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[i];
+      out[i] = (g / (1.0f + std::exp(-g))) * up[i];
+    }
+    return;
+  }
+  // PyTorch's gelu(approximate="tanh"), float32: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  const float beta = float(std::numbers::sqrt2 * (2 / std::sqrt(std::numbers::pi)) * 0.5), kappa = 0.044715f;
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    out[i] = (g / (1.0f + std::exp(-g))) * up[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(beta * (g + kappa * g * g * g))) * up[i];
   }
 }
 
@@ -72,11 +81,11 @@ void apply_yarn(const RopeConfig& cfg, int64_t dim, std::vector<float>& inv_freq
 
 }  // namespace
 
-void mlp(const MlpWeights& m, const float* x, int64_t T, float* y) {
+void mlp(const MlpWeights& m, const float* x, int64_t T, float* y, ModelConfig::Activation act) {
   std::vector<float> gate(std::size_t(T * m.gate.out)), up(std::size_t(T * m.up.out));  // [T, I_local]
   linear(x, T, m.gate, gate.data());
   linear(x, T, m.up, up.data());
-  swiglu(gate.data(), up.data(), gate.data(), T * m.gate.out);
+  gated_activation(gate.data(), up.data(), gate.data(), T * m.gate.out, act);
   linear(gate.data(), T, m.down, y);  // [T, H]
 }
 
@@ -88,7 +97,9 @@ Rope::Rope(const RopeConfig& cfg, int64_t dim, Layout layout, int64_t head_dim)
   const float theta = float(cfg.theta);
   for (int64_t i = 0; i < dim_ / 2; ++i)
     inv_freq_[std::size_t(i)] = 1.0f / std::pow(theta, float(2 * i) / float(dim_));
-  if (cfg.type == RopeConfig::Type::Llama3) {
+  if (cfg.type == RopeConfig::Type::Linear) {
+    for (float& f : inv_freq_) f /= float(cfg.factor);  // transformers: inv_freq /= factor, in float32
+  } else if (cfg.type == RopeConfig::Type::Llama3) {
     // Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
     const float factor = float(cfg.factor), lo = float(cfg.low_freq_factor), hi = float(cfg.high_freq_factor);
     const float old_ctx = float(cfg.original_max_position_embeddings);

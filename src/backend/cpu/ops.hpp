@@ -13,18 +13,22 @@ namespace layertap::cpu {
 // Threads OpenBLAS may use for one matrix product; 0 keeps its default (all cores).
 void set_num_threads(int threads);
 
-// y[r, :] = w * (x[r, :] / sqrt(mean(x[r, :]^2) + eps)); rows x cols, y may alias x.
-void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps);
+// y[r, :] = (weight_offset + w) * (x[r, :] / sqrt(mean(x[r, :]^2) + eps)); rows x cols, y may
+// alias x. Gemma's norms hold w and apply (1 + w): weight_offset 1.
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps,
+              float weight_offset = 0);
 
 // y [T, l.out] = x [T, l.in] @ l.w^T (+ l.b), OpenBLAS sgemm.
 void linear(const float* x, int64_t T, const Linear& l, float* y);
 
-// out[i] = silu(gate[i]) * up[i]
-void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = act(gate[i]) * up[i]: silu (SwiGLU) or PyTorch's tanh-approximated gelu (GeGLU).
+void gated_activation(const float* gate, const float* up, float* out, int64_t n,
+                      ModelConfig::Activation act = ModelConfig::Activation::Silu);
 
-// y [T, H] = down(silu(gate(x)) * up(x)) for x [T, H], on whatever slice of the intermediate size
+// y [T, H] = down(act(gate(x)) * up(x)) for x [T, H], on whatever slice of the intermediate size
 // `m` holds (the caller all-reduces a sliced result).
-void mlp(const MlpWeights& m, const float* x, int64_t T, float* y);
+void mlp(const MlpWeights& m, const float* x, int64_t T, float* y,
+         ModelConfig::Activation act = ModelConfig::Activation::Silu);
 
 // Rotary embedding with default, llama3 or YaRN frequencies (YaRN also scales cos and sin by its
 // attention factor). Half-split layout (HF's rotate_half) pairs x[i] with x[i + d/2]; the

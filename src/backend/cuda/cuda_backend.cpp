@@ -437,7 +437,7 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
     else
       attention_block(i, T, pos, tiles, num_tiles);
     cost_scope(i, l.moe ? "moe routing" : "mlp");
-    kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, l.post_attn_norm, eps, T, H, s);
+    kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, l.pre_ffn_norm, eps, T, H, s);
     if (l.moe)
       moe_block(l, i, T);
     else
