@@ -7,7 +7,8 @@
 
 namespace layertap::kernels {
 
-// out[t, :] = table[ids[t], :] for t < T.
+// out[t, :] = table[ids[t], :] for t < T, times `scale` (rounded to bf16) when it is not 1 (Gemma's
+// scaled embeddings: sqrt(hidden)).
 //   out          (T, H)  bf16, written
 //   ids          (T)     int32 token ids
 //   table        (V, H)  bf16
@@ -17,6 +18,6 @@ namespace layertap::kernels {
 // Launches on `stream`; throws layertap::Error on bad arguments or a failed launch.
 void embedding_lookup(__nv_bfloat16* out, const std::int32_t* ids, const __nv_bfloat16* table,
                       std::int64_t T, std::int64_t H, std::int64_t V, std::int32_t* bad_position,
-                      cudaStream_t stream);
+                      cudaStream_t stream, float scale = 1.0f);
 
 }  // namespace layertap::kernels

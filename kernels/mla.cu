@@ -40,7 +40,8 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 // One block per row, grid-strided.
 __global__ void __launch_bounds__(kBlock)
     rmsnorm_rows_kernel(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat16* in, std::int64_t in_stride,
-                        const __nv_bfloat16* __restrict__ weight, float eps, std::int64_t N, std::int64_t C) {
+                        const __nv_bfloat16* __restrict__ weight, float eps, std::int64_t N, std::int64_t C,
+                        float weight_offset) {
   __shared__ float shared[kWarps];
   for (std::int64_t row = blockIdx.x; row < N; row += gridDim.x) {
     const __nv_bfloat16* x = in + row * in_stride;
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kBlock)
     const float rstd = 1.0f / sqrtf(block_sum(ss, shared) / static_cast<float>(C) + eps);
     // Each thread reads back only its own elements, all read before block_sum's barrier: in-place safe.
     for (std::int64_t i = threadIdx.x; i < C; i += kBlock)
-      o[i] = __float2bfloat16_rn(__bfloat162float(weight[i]) * round_bf16(__bfloat162float(x[i]) * rstd));
+      o[i] = __float2bfloat16_rn((weight_offset + __bfloat162float(weight[i])) * round_bf16(__bfloat162float(x[i]) * rstd));
   }
 }
 
@@ -125,7 +126,8 @@ __global__ void __launch_bounds__(kBlock)
 // launchers
 
 void rmsnorm_rows(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat16* in, std::int64_t in_stride,
-                  const __nv_bfloat16* weight, float eps, std::int64_t N, std::int64_t C, cudaStream_t stream) {
+                  const __nv_bfloat16* weight, float eps, std::int64_t N, std::int64_t C, cudaStream_t stream,
+                  float weight_offset) {
   LT_CHECK(N >= 0 && C > 0 && out_stride >= C && in_stride >= C, "rmsnorm_rows: bad shape N=", N, " C=", C,
            " strides ", out_stride, ", ", in_stride);
   LT_CHECK(out != nullptr && in != nullptr && weight != nullptr, "rmsnorm_rows: null pointer argument");
@@ -137,7 +139,8 @@ void rmsnorm_rows(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat
   // the two passes (loads, bf16 widen/round, FMA, multiplies, stores, loop).
   const double e = sizeof(__nv_bfloat16), NC = double(N) * double(C);
   const Work work{e * (NC + double(C)), e * NC, 0, 20 * NC};
-  launch<rmsnorm_rows_kernel>(Grid{grid, kBlock, 0, stream, work}, out, out_stride, in, in_stride, weight, eps, N, C);
+  launch<rmsnorm_rows_kernel>(Grid{grid, kBlock, 0, stream, work}, out, out_stride, in, in_stride, weight, eps, N, C,
+                              weight_offset);
   LT_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,11 +10,13 @@
 namespace layertap::kernels {
 
 // RMSNorm of N rows of C values read with row stride `in_stride`, written with `out_stride`:
-//   out[n] = bf16(weight * bf16(x * rsqrt(mean(x^2) + eps)))      (as fused_residual_rmsnorm)
+//   out[n] = bf16((weight_offset + weight) * bf16(x * rsqrt(mean(x^2) + eps)))  (as fused_residual_rmsnorm)
 // for MLA's latent norms (q_a_layernorm on q_a_proj's output, kv_a_layernorm on the first
-// kv_lora_rank values of kv_a_proj_with_mqa's). `out` may equal `in` when the strides agree.
+// kv_lora_rank values of kv_a_proj_with_mqa's) and Gemma-3's sandwich norms of a sub-layer's output.
+// `out` may equal `in` when the strides agree.
 void rmsnorm_rows(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat16* in, std::int64_t in_stride,
-                  const __nv_bfloat16* weight, float eps, std::int64_t N, std::int64_t C, cudaStream_t stream);
+                  const __nv_bfloat16* weight, float eps, std::int64_t N, std::int64_t C, cudaStream_t stream,
+                  float weight_offset = 0.0f);
 
 // RoPE in place on `heads` vectors of `dim` values per token t < T, head h at
 //   x + t * row_stride + h * head_stride + offset,

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kBlock)
                                   __nv_bfloat16* __restrict__ residual,  // (N, C)
                                   const __nv_bfloat16* x,          // (N, C) or null
                                   const __nv_bfloat16* __restrict__ weight,  // (C)
-                                  float eps, std::int64_t N, std::int64_t C) {
+                                  float eps, std::int64_t N, std::int64_t C, float weight_offset) {
   __shared__ float shared[kWarps];
   for (std::int64_t row = blockIdx.x; row < N; row += gridDim.x) {
     __nv_bfloat16* res = residual + row * C;
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kBlock)
     // before block_sum's barrier, so `out` may alias `x`.
     for (std::int64_t i = threadIdx.x; i < C; i += kBlock) {
       const float normed = __bfloat162float(__float2bfloat16_rn(__bfloat162float(res[i]) * rstd));
-      o[i] = __float2bfloat16_rn(__bfloat162float(weight[i]) * normed);
+      o[i] = __float2bfloat16_rn((weight_offset + __bfloat162float(weight[i])) * normed);
     }
   }
 }
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kBlock)
 
 void fused_residual_rmsnorm(__nv_bfloat16* out, __nv_bfloat16* residual, const __nv_bfloat16* x,
                             const __nv_bfloat16* weight, float eps, std::int64_t N, std::int64_t C,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, float weight_offset) {
   LT_CHECK(N >= 0 && C > 0, "fused_residual_rmsnorm: bad shape N=", N, " C=", C);
   LT_CHECK(out != nullptr && residual != nullptr && weight != nullptr,
            "fused_residual_rmsnorm: null out, residual or weight pointer");
@@ -95,7 +95,8 @@ void fused_residual_rmsnorm(__nv_bfloat16* out, __nv_bfloat16* residual, const _
   // per element over the two passes (loads, bf16 widen/round, add, FMA, stores, loop).
   const double e = sizeof(__nv_bfloat16), NC = double(N) * double(C), xs = x != nullptr ? 1 : 0;
   const Work work{e * (NC * (1 + xs) + double(C)), e * NC * (1 + xs), 0, 20 * NC};
-  launch<fused_residual_rmsnorm_kernel>(Grid{grid, kBlock, 0, stream, work}, out, residual, x, weight, eps, N, C);
+  launch<fused_residual_rmsnorm_kernel>(Grid{grid, kBlock, 0, stream, work}, out, residual, x, weight, eps, N, C,
+                                        weight_offset);
   LT_CUDA_CHECK_LAUNCH();
 }
 

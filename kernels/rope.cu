@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kBlock)
                         const __nv_bfloat16* __restrict__ q_norm,  // (hd) or null
                         const __nv_bfloat16* __restrict__ k_norm,  // (hd) or null
                         float eps, std::int64_t T, std::int64_t hq, std::int64_t hkv, std::int64_t hd,
-                        std::int64_t rd, float attention_factor) {
+                        std::int64_t rd, float attention_factor, float weight_offset) {
   const int lane = threadIdx.x % 32;
   const std::int64_t heads = hq + hkv;  // rotated heads per token
   const std::int64_t warp = std::int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -57,14 +57,14 @@ __global__ void __launch_bounds__(kBlock)
   // any lane writes below.
   if (w != nullptr)  // the values partial rotary leaves in place are normed all the same
     for (std::int64_t i = rd + lane; i < hd; i += 32)
-      x[i] = __float2bfloat16_rn(__bfloat162float(w[i]) * round_bf16(__bfloat162float(x[i]) * rstd));
+      x[i] = __float2bfloat16_rn((weight_offset + __bfloat162float(w[i])) * round_bf16(__bfloat162float(x[i]) * rstd));
   const float p = static_cast<float>(pos[t]);
   for (std::int64_t i = lane; i < half; i += 32) {
     float a = __bfloat162float(x[i]);
     float b = __bfloat162float(x[i + half]);
     if (w != nullptr) {
-      a = round_bf16(__bfloat162float(w[i]) * round_bf16(a * rstd));
-      b = round_bf16(__bfloat162float(w[i + half]) * round_bf16(b * rstd));
+      a = round_bf16((weight_offset + __bfloat162float(w[i])) * round_bf16(a * rstd));
+      b = round_bf16((weight_offset + __bfloat162float(w[i + half])) * round_bf16(b * rstd));
     }
     float s, c;
     sincosf(p * inv_freq[i], &s, &c);  // full-range accurate sincos (no fast-math)
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kBlock)
 void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_freq,
                   const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps, std::int64_t T,
                   std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t rd, cudaStream_t stream,
-                  float attention_factor) {
+                  float attention_factor, float weight_offset) {
   LT_CHECK(T >= 0 && hq > 0 && hkv > 0 && hd > 0 && rd > 0 && rd % 2 == 0 && rd <= hd, "qk_norm_rope: bad shape T=",
            T, " hq=", hq, " hkv=", hkv, " hd=", hd, " rd=", rd, " (the rotary dim rd must be even and at most hd)");
   LT_CHECK(qkv != nullptr && pos != nullptr && inv_freq != nullptr, "qk_norm_rope: null pointer argument");
@@ -100,7 +100,8 @@ void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_
   const Work work{e * n + 4.0 * double(T) + 2.0 * double(hd) + (norm ? 2 * e * double(hd) : 0), e * n, 0,
                   (norm ? 30 : 20) * n};
   launch<qk_norm_rope_kernel>(Grid{static_cast<unsigned>(blocks), kBlock, 0, stream, work}, qkv, pos, inv_freq, q_norm,
-                              k_norm, eps, T, hq, hkv, hd, rd, attention_factor);
+                              k_norm, eps, T, hq, hkv, hd, rd, attention_factor,
+                              weight_offset);
   LT_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,8 +10,9 @@ namespace layertap::kernels {
 
 // For each token t < T and each of the hq query heads and hkv key heads of row t of `qkv`
 // (value heads untouched), with x the head's hd values widened to float32:
-//   if q_norm != nullptr (Qwen3):  x = bf16(w * bf16(x / sqrt(mean(x^2) + eps)))
-//                                  with w = q_norm for query heads, k_norm for key heads;
+//   if q_norm != nullptr (Qwen3):  x = bf16((weight_offset + w) * bf16(x / sqrt(mean(x^2) + eps)))
+//                                  with w = q_norm for query heads, k_norm for key heads (Gemma's
+//                                  norms apply 1 + w: weight_offset 1);
 //   then RoPE on the first rd values (rd = hd, or fewer for partial rotary: the rest pass
 //   through), rotating halves (HF rotate_half), for i < rd/2 with a = x[i], b = x[i + rd/2]:
 //     angle = float(pos[t]) * inv_freq[i];  x[i] = bf16(a cos - b sin);  x[i + rd/2] = bf16(b cos + a sin)
@@ -28,6 +29,6 @@ namespace layertap::kernels {
 void qk_norm_rope(__nv_bfloat16* qkv, const std::int32_t* pos, const float* inv_freq,
                   const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps, std::int64_t T,
                   std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t rd, cudaStream_t stream,
-                  float attention_factor = 1.0f);
+                  float attention_factor = 1.0f, float weight_offset = 0.0f);
 
 }  // namespace layertap::kernels

@@ -16,10 +16,12 @@ namespace {
 
 constexpr int kBlock = 256;
 
-__device__ __nv_bfloat16 swiglu_one(__nv_bfloat16 gate, __nv_bfloat16 up) {
+__device__ __nv_bfloat16 swiglu_one(__nv_bfloat16 gate, __nv_bfloat16 up, bool gelu_tanh) {
   const float g = __bfloat162float(gate);
-  const float silu = __bfloat162float(__float2bfloat16_rn(g / (1.0f + expf(-g))));
-  return __float2bfloat16_rn(silu * __bfloat162float(up));
+  // PyTorch's gelu(approximate="tanh") constants: sqrt(2/pi) and 0.044715.
+  const float a = gelu_tanh ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)))
+                            : g / (1.0f + expf(-g));
+  return __float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(a)) * __bfloat162float(up));
 }
 
 // VEC: bf16 elements per access (8 = one uint4, 1 = scalar); I % VEC == 0.
@@ -27,7 +29,7 @@ template <int VEC>
 __global__ void __launch_bounds__(kBlock)
     swiglu_kernel(__nv_bfloat16* __restrict__ act,            // (T, I)
                   const __nv_bfloat16* __restrict__ gate_up,  // (T, 2I)
-                  std::int64_t T, std::int64_t I, const std::int32_t* __restrict__ rows) {
+                  std::int64_t T, std::int64_t I, const std::int32_t* __restrict__ rows, bool gelu_tanh) {
   if (rows != nullptr) T = *rows < T ? (*rows > 0 ? *rows : 0) : T;
   for (std::int64_t t = blockIdx.x; t < T; t += gridDim.x) {
     const __nv_bfloat16* gate = gate_up + t * 2 * I;
@@ -42,10 +44,10 @@ __global__ void __launch_bounds__(kBlock)
         uint4 ov;
         auto* o = reinterpret_cast<__nv_bfloat16*>(&ov);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) o[k] = swiglu_one(g[k], u[k]);
+        for (int k = 0; k < 8; ++k) o[k] = swiglu_one(g[k], u[k], gelu_tanh);
         *reinterpret_cast<uint4*>(out + i) = ov;
       } else {
-        out[i] = swiglu_one(gate[i], up[i]);
+        out[i] = swiglu_one(gate[i], up[i], gelu_tanh);
       }
     }
   }
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(kBlock)
 // launchers
 
 void swiglu(__nv_bfloat16* act, const __nv_bfloat16* gate_up, std::int64_t T, std::int64_t I,
-            cudaStream_t stream, const std::int32_t* rows) {
+            cudaStream_t stream, const std::int32_t* rows, bool gelu_tanh) {
   LT_CHECK(T >= 0 && I > 0, "swiglu: bad shape T=", T, " I=", I);
   LT_CHECK(act != nullptr && gate_up != nullptr, "swiglu: null pointer argument");
   if (T == 0) return;
@@ -70,9 +72,9 @@ void swiglu(__nv_bfloat16* act, const __nv_bfloat16* gate_up, std::int64_t T, st
   const double e = sizeof(__nv_bfloat16), TI = double(T) * double(I);
   const Grid g{grid, kBlock, 0, stream, Work{2 * e * TI, e * TI, 0, 25 * TI}};
   if (aligned) {
-    launch<swiglu_kernel<8>>(g, act, gate_up, T, I, rows);
+    launch<swiglu_kernel<8>>(g, act, gate_up, T, I, rows, gelu_tanh);
   } else {
-    launch<swiglu_kernel<1>>(g, act, gate_up, T, I, rows);
+    launch<swiglu_kernel<1>>(g, act, gate_up, T, I, rows, gelu_tanh);
   }
   LT_CUDA_CHECK_LAUNCH();
 }

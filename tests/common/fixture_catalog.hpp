@@ -9,7 +9,7 @@
 namespace layertap::test {
 
 inline const std::vector<std::string>& dense_fixtures() {
-  static const std::vector<std::string> names{"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp"};
+  static const std::vector<std::string> names{"llama", "llama3_rope", "mistral", "qwen2", "qwen3", "llama_tp", "gemma3"};
   return names;
 }
 

@@ -117,8 +117,11 @@ bool check_group(const ModelConfig& cfg, int size, MoeSplit split) {
       ls.for_each_linear([&](const LinearSlice& l) { group.add(l, rank); });
       if (const auto* e = std::get_if<MoeSlices>(&ls.ffn)) {
         for (std::size_t x = 0; x < e->routed.size(); ++x) {
-          const std::string base = cat(cfg.tensor_prefix, "layers.", i, ".mlp.experts.", e->first_expert + int64_t(x), ".");
-          EXPECT_EQ(e->routed[x].gate.module, base + "gate_proj");
+          const MoeTensorNames& names = cfg.moe->names;
+          const std::string base =
+              cat(cfg.tensor_prefix, "layers.", i, ".", names.block, "experts.", e->first_expert + int64_t(x), ".");
+          EXPECT_EQ(e->routed[x].gate.module, base + names.gate);
+          EXPECT_EQ(e->routed[x].down.module, base + names.down);
           experts.insert(e->first_expert + int64_t(x));
         }
         expert_slots += int64_t(e->routed.size());

@@ -112,12 +112,16 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
   max_kept_ = max_kept_positions(options_);
   ws_.emplace(shape_, WorkspaceSize{options_.max_batch_tokens, options_.max_capture_points, max_kept_});
   if (shape_.experts_grouped) grouped_.emplace(*weights_, shape_, ws_->expert_parts);
-  // The CPU backend's frequencies and YaRN factor, bit for bit (over the rotary dims; MLA: the
-  // rope dims).
-  const cpu::Rope rope(config_.rope, config_.rotary_dim);
-  rope_attention_factor_ = rope.attention_factor();
-  LT_CUDA_CHECK(cudaMemcpy(ws_->inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * sizeof(float),
-                           cudaMemcpyHostToDevice));
+  // Each layer's frequencies and YaRN factor as the CPU backend's, bit for bit (over the rotary
+  // dims; MLA: the rope dims): (L, hd/2).
+  const std::int64_t half = shape_.head_dim / 2;
+  std::vector<float> freqs(std::size_t(shape_.layers * half), 0.0f);
+  for (std::int64_t i = 0; i < shape_.layers; ++i) {
+    const cpu::Rope rope(config_.layer_rope.at(std::size_t(i)), config_.rotary_dim);
+    std::copy(rope.inv_freq().begin(), rope.inv_freq().end(), freqs.begin() + i * half);
+    rope_attention_factor_.push_back(rope.attention_factor());
+  }
+  LT_CUDA_CHECK(cudaMemcpy(ws_->inv_freq, freqs.data(), freqs.size() * sizeof(float), cudaMemcpyHostToDevice));
   if (ws_->logit_offset != nullptr)
     LT_CUDA_CHECK(cudaMemset(ws_->logit_offset, 0, std::size_t(shape_.experts) * sizeof(float)));
   if (options_.profile_layers)
@@ -207,20 +211,22 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   const std::int64_t window = config_.sliding_window[std::size_t(layer)];
   const std::int64_t H = shape_.hidden, hd = shape_.head_dim, hq = shape_.heads, hkv = shape_.kv_heads;
   gemm_->linear(w.qkv, w.h, l.qkv.w, l.qkv.b, T, l.qkv.out, l.qkv.in, s);  // (T, (hq + 2 hkv) * hd)
-  kernels::qk_norm_rope(w.qkv, pos, w.inv_freq, l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd,
-                        config_.rotary_dim, s, rope_attention_factor_);
+  kernels::qk_norm_rope(w.qkv, pos, inv_freq(layer), l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd,
+                        config_.rotary_dim, s, rope_attention_factor_[std::size_t(layer)], config_.norm_weight_offset);
   const ChunkRows& c = chunk_;
+  const std::int64_t qkv_row = shape_.qkv_dim();
   if (c.kept == 0 && !c.keep) {  // whole samples: keys and values straight from the projection
+    kernels::AttentionLayout a{w.qkv, qkv_row, w.qkv + hq * hd, qkv_row, w.qkv + (hq + hkv) * hd, qkv_row, hq, hkv,
+                               hd, hd, config_.attention_scale()};
+    a.attended_pairs = attended_pairs_[std::size_t(layer)];
     if (attention_ == AttentionKernel::Flash) {
-      kernels::attention_flash(w.ctx, w.qkv, pos, tiles, num_tiles, T, hq, hkv, hd, window, s,
-                               attended_pairs_[std::size_t(layer)]);  // (T, hq * hd)
+      kernels::attention_flash(w.ctx, a, pos, tiles, num_tiles, T, window, s);  // (T, hq * hd)
     } else {
-      kernels::attention_reference(w.ctx, w.qkv, pos, T, hq, hkv, hd, window, s,
-                                   attended_pairs_[std::size_t(layer)]);  // (T, hq * hd)
+      kernels::attention_reference(w.ctx, a, pos, T, window, s);  // (T, hq * hd)
     }
   } else {
     // keys (kept + T, 2 hkv hd) = the sample in flight's kept K | V rows, then the batch's.
-    const std::int64_t row = 2 * hkv * hd, qkv_row = shape_.qkv_dim();
+    const std::int64_t row = 2 * hkv * hd;
     const std::size_t e = sizeof(__nv_bfloat16);
     __nv_bfloat16* kept = kept_rows(layer);
     if (c.kept > 0)
@@ -229,7 +235,7 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
                                     std::size_t(qkv_row) * e, std::size_t(row) * e, std::size_t(T),
                                     cudaMemcpyDeviceToDevice, s));
     kernels::AttentionLayout a{w.qkv, qkv_row, w.keys, row, w.keys + hkv * hd, row, hq, hkv, hd, hd,
-                               1.0f / std::sqrt(float(hd))};
+                               config_.attention_scale()};
     a.key_offset = c.kept;
     a.attended_pairs = attended_pairs_[std::size_t(layer)];
     if (attention_ == AttentionKernel::Flash) {
@@ -273,10 +279,11 @@ void CudaBackend::mla_block(std::int64_t layer, std::int64_t T, const std::int32
   kernels::rmsnorm_rows(w.mla_latent + P * kvl, kvl, w.mla_ckv, kvl + rd, a.kv_a_norm, latent_eps, T, kvl,
                         s);  // (N, kvl): rows P.. the batch's
   // RoPE on the rope dims only: each head's last rd query values, and the one shared rope key.
-  kernels::rope_strided(w.mla_q, nh * qk, qk, nope, nh, rd, shape_.rope_interleave, pos, w.inv_freq,
-                        rope_attention_factor_, T, s);
-  kernels::rope_strided(w.mla_ckv, kvl + rd, 0, kvl, 1, rd, shape_.rope_interleave, pos, w.inv_freq,
-                        rope_attention_factor_, T, s);
+  const float factor = rope_attention_factor_[std::size_t(layer)];
+  kernels::rope_strided(w.mla_q, nh * qk, qk, nope, nh, rd, shape_.rope_interleave, pos, inv_freq(layer), factor, T,
+                        s);
+  kernels::rope_strided(w.mla_ckv, kvl + rd, 0, kvl, 1, rd, shape_.rope_interleave, pos, inv_freq(layer), factor, T,
+                        s);
   gemm_->linear(w.mla_kv, w.mla_latent, a.kv_b.w, nullptr, N, nh * (nope + vd), kvl, s);     // (N, nh * (nope + v))
   if (P > 0) kernels::mla_assemble_kv(w.mla_k, w.mla_v, w.mla_kv, kept_rope, rd, P, nh, nope, rd, vd, s);
   kernels::mla_assemble_kv(w.mla_k + P * nh * qk, w.mla_v + P * nh * vd, w.mla_kv + P * nh * (nope + vd),
@@ -411,7 +418,8 @@ void CudaBackend::mlp_block(const DeviceLayer& l, std::int64_t T) {
   const Workspace& w = *ws_;
   const std::int64_t H = shape_.hidden, I = shape_.inter;
   gemm_->linear(w.gate_up, w.h, l.gate_up.w, l.gate_up.b, T, 2 * I, H, s);  // (T, 2I)
-  kernels::swiglu(w.act, w.gate_up, T, I, s);                               // (T, I)
+  kernels::swiglu(w.act, w.gate_up, T, I, s, nullptr,
+                  config_.activation == ModelConfig::Activation::GeluTanh);  // (T, I)
   gemm_->linear(w.delta, w.act, l.down.w, l.down.b, T, H, I, s);            // (T, H) partial sum
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
@@ -421,8 +429,13 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
   const cudaStream_t s = compute_.get();
   const Workspace& w = *ws_;
   const std::int64_t H = shape_.hidden, L = shape_.layers;
-  const float eps = float(config_.rms_norm_eps);
+  const float eps = float(config_.rms_norm_eps), offset = config_.norm_weight_offset;
   const bool timed = !layer_events_.empty();
+  // Sandwich norms (Gemma-3): the sub-layer's output (delta, all-reduced) normed in place before
+  // the residual add that the next fused norm makes.
+  const auto post_norm = [&](const __nv_bfloat16* weight) {
+    if (weight != nullptr) kernels::rmsnorm_rows(w.delta, H, w.delta, H, weight, eps, T, H, s, offset);
+  };
   for (std::int64_t i = 0; i < L; ++i) {
     const DeviceLayer& l = weights_->layers[std::size_t(i)];
     if (timed) LT_CUDA_CHECK(cudaEventRecord(layer_events_[std::size_t(i)].get(), s));
@@ -430,14 +443,16 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
     weights_->dequantize(i, s);  // layer i's packed Linears into the bf16 scratch (none: nothing)
     // x (T, H) += the previous layer's FFN output: x is now the input of layer i; h = norm(x).
     cost_scope(i, "attention");
-    kernels::fused_residual_rmsnorm(w.h, w.x, i == 0 ? nullptr : w.delta, l.input_norm, eps, T, H, s);
+    if (i > 0) post_norm(weights_->layers[std::size_t(i - 1)].post_ffn_norm);
+    kernels::fused_residual_rmsnorm(w.h, w.x, i == 0 ? nullptr : w.delta, l.input_norm, eps, T, H, s, offset);
     stager_->capture(i, w.x, /*overwritten_later=*/true, s);
     if (shape_.mla)
       mla_block(i, T, pos, tiles, num_tiles);
     else
       attention_block(i, T, pos, tiles, num_tiles);
     cost_scope(i, l.moe ? "moe routing" : "mlp");
-    kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, l.pre_ffn_norm, eps, T, H, s);
+    post_norm(l.post_attn_norm);
+    kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, l.pre_ffn_norm, eps, T, H, s, offset);
     if (l.moe)
       moe_block(l, i, T);
     else
@@ -447,7 +462,8 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
   if (timed) LT_CUDA_CHECK(cudaEventRecord(layer_events_[std::size_t(L)].get(), s));
   // x = output of the last layer (point L), h = after the final norm (point L + 1); neither is
   // written again in this batch, so both are copied to the host without a snapshot.
-  kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, weights_->final_norm, eps, T, H, s);
+  post_norm(weights_->layers[std::size_t(L - 1)].post_ffn_norm);
+  kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, weights_->final_norm, eps, T, H, s, offset);
   stager_->capture(L, w.x, false, s);
   stager_->capture(L + 1, w.h, false, s);
 }
@@ -518,7 +534,8 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   const std::int32_t* tiles = w.meta + 2 * T;
 
   LT_CUDA_CHECK(cudaMemsetAsync(w.bad_token, 0x7f, sizeof(std::int32_t), s));  // 0x7f7f7f7f: no bad token
-  kernels::embedding_lookup(w.x, ids, weights_->embed, T, H, shape_.vocab, w.bad_token, s);  // (T, H)
+  kernels::embedding_lookup(w.x, ids, weights_->embed, T, H, shape_.vocab, w.bad_token, s,
+                            config_.embed_scale);  // (T, H)
   run_layers(T, pos, tiles, num_tiles);
   LT_CUDA_CHECK(cudaMemcpyAsync(w.host_bad_token, w.bad_token, sizeof(std::int32_t), cudaMemcpyDeviceToHost, s));
   stager_->end_batch(s);

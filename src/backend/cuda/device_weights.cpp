@@ -173,6 +173,8 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
     const auto vector = [&](const VectorSlice& v) { return rec.vector(v.tensor, v.size); };
     l.input_norm = vector(ls.input_norm);
     l.pre_ffn_norm = vector(ls.pre_ffn_norm);
+    if (ls.post_attn_norm) l.post_attn_norm = vector(*ls.post_attn_norm);
+    if (ls.post_ffn_norm) l.post_ffn_norm = vector(*ls.post_ffn_norm);
     if (const auto* g = std::get_if<GqaSlices>(&ls.attn)) {
       if (g->q_norm) l.q_norm = vector(*g->q_norm);
       if (g->k_norm) l.k_norm = vector(*g->k_norm);
@@ -372,7 +374,11 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
     const DeviceLayer& dl = w.layers[i];
     const std::string p = cat("layers.", i, ".");
     Upload().add(hl.input_norm, H, p + "input_layernorm").to(dl.input_norm);
-    Upload().add(hl.pre_ffn_norm, H, p + "post_attention_layernorm").to(dl.pre_ffn_norm);
+    Upload().add(hl.pre_ffn_norm, H, p + "pre-FFN norm").to(dl.pre_ffn_norm);
+    if (dl.post_attn_norm != nullptr) {
+      Upload().add(hl.post_attn_norm, H, p + "post_attention_layernorm").to(dl.post_attn_norm);
+      Upload().add(hl.post_ffn_norm, H, p + "post_feedforward_layernorm").to(dl.post_ffn_norm);
+    }
     if (!s.mla) {
       LT_CHECK(std::holds_alternative<AttentionWeights>(hl.attn), "cuda backend: ", p, "self_attn is not GQA");
       const AttentionWeights& a = std::get<AttentionWeights>(hl.attn);
@@ -531,6 +537,8 @@ DeviceWeights DeviceWeights::random(const LocalShape& s, std::uint64_t seed, cud
   for (const DeviceLayer& l : w.layers) {
     fill(l.input_norm, H, 1.0f, 0.1f);
     fill(l.pre_ffn_norm, H, 1.0f, 0.1f);
+    fill(l.post_attn_norm, H, 1.0f, 0.1f);
+    fill(l.post_ffn_norm, H, 1.0f, 0.1f);
     if (!s.mla) {
       fill(l.q_norm, hd, 1.0f, 0.1f);
       fill(l.k_norm, hd, 1.0f, 0.1f);

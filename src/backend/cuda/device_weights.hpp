@@ -89,6 +89,8 @@ struct DeviceMoe {
 struct DeviceLayer {
   __nv_bfloat16* input_norm = nullptr;      // (H)
   __nv_bfloat16* pre_ffn_norm = nullptr;  // (H)
+  __nv_bfloat16* post_attn_norm = nullptr;  // (H) sandwich norms (Gemma-3), or null
+  __nv_bfloat16* post_ffn_norm = nullptr;   // (H)
   // GQA
   __nv_bfloat16* q_norm = nullptr;  // (hd) Qwen3, else null
   __nv_bfloat16* k_norm = nullptr;  // (hd) Qwen3, else null

@@ -9,12 +9,7 @@
 namespace layertap::cuda {
 
 std::string unsupported_parts(const ModelConfig& c) {
-  if (c.sandwich_norms || c.norm_weight_offset != 0 || c.activation != ModelConfig::Activation::Silu ||
-      c.embed_scale != 1 || c.query_pre_attn_scalar > 0)
-    return "Gemma-3's layer ((1 + w) and sandwich norms, GeGLU, scaled embeddings, query_pre_attn_scalar)";
-  for (const RopeConfig& r : c.layer_rope)
-    if (r.type != c.rope.type || r.theta != c.rope.theta || r.factor != c.rope.factor)
-      return "a RoPE per layer type";
+
   if (c.mla) {
     const MlaConfig& m = *c.mla;
     if (m.qk_head_dim() > 512 || m.v_head_dim > 512)
