@@ -20,7 +20,7 @@ kimi-k2.5 (INT4 experts), deepseek-v3 (FP8, 1 MTP layer), llama-3.1-70b, mixtral
 (mistralai/Mixtral-8x7B-v0.1), glm-4.5 (zai-org/GLM-4.5, 1 MTP layer) and glm-4.5-air
 (zai-org/GLM-4.5-Air, 1 MTP layer). With --layers N the MTP layers follow, numbered from N.
 Architectures: Llama, Mistral, Mixtral (block_sparse_moe.experts.E.w1/w2/w3, as its checkpoint
-names them), Qwen2, Qwen3 (dense), Qwen3-MoE, Glm4Moe (GLM-4.5/4.6/4.7; float32 router, MTP
+names them), Qwen2, Qwen3 (dense), Qwen3-MoE, Gemma-3 text (Gemma3ForCausalLM: four norms per layer), Glm4Moe (GLM-4.5/4.6/4.7; float32 correction bias, MTP
 layers of num_nextn_predict_layers), DeepseekV3 (incl. Kimi-K2 and the MTP layers of
 num_nextn_predict_layers) and KimiK25ForConditionalGeneration (text model under
 language_model.model., plus a MoonViT vision tower and projector that layertap never reads).
@@ -461,7 +461,7 @@ def gqa_layer(b, c, p, arch):
     hidden = _req(c, "hidden_size")
     heads = _req(c, "num_attention_heads")
     kv = int(c.get("num_key_value_heads") or heads)
-    hd = int(c.get("head_dim") or hidden // heads)
+    hd = int(c.get("head_dim") or (256 if arch == "Gemma3ForCausalLM" else hidden // heads))
     attn_bias = bool(c.get("attention_bias", arch == "Qwen2ForCausalLM"))
     qkv_bias = attn_bias or arch == "Qwen2ForCausalLM"
     o_bias = attn_bias and arch not in ("Qwen2ForCausalLM", "Glm4MoeForCausalLM")  # GLM: q/k/v biases only
@@ -470,10 +470,14 @@ def gqa_layer(b, c, p, arch):
     b.linear(p + "self_attn.k_proj", kv * hd, hidden, qkv_bias)
     b.linear(p + "self_attn.v_proj", kv * hd, hidden, qkv_bias)
     b.linear(p + "self_attn.o_proj", hidden, heads * hd, o_bias)
-    if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM") or (arch == "Glm4MoeForCausalLM" and c.get("use_qk_norm")):
+    if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM") or (
+            arch == "Glm4MoeForCausalLM" and c.get("use_qk_norm")):
         b.norm(p + "self_attn.q_norm", hd)
         b.norm(p + "self_attn.k_norm", hd)
     b.norm(p + "post_attention_layernorm", hidden)
+    if arch == "Gemma3ForCausalLM":  # sandwich norms: around the MLP too
+        b.norm(p + "pre_feedforward_layernorm", hidden)
+        b.norm(p + "post_feedforward_layernorm", hidden)
 
 
 def mla_layer(b, c, p, moe):
@@ -573,7 +577,7 @@ def gqa_text(b, c, arch):
 
 def glm4_moe_layer(b, c, p, moe):
     """One Glm4Moe decoder layer: GQA with q/k/v biases (attention_bias) and, with use_qk_norm,
-    per-head q_norm/k_norm; a dense MLP or a DeepSeek-style MoE whose router is float32."""
+    per-head q_norm/k_norm; a dense MLP or a DeepSeek-style MoE whose correction bias is float32."""
     hidden = _req(c, "hidden_size")
     gqa_layer(b, c, p, "Glm4MoeForCausalLM")
     if not moe:
@@ -581,10 +585,10 @@ def glm4_moe_layer(b, c, p, moe):
         return
     experts = _req(c, "n_routed_experts")
     inter = _req(c, "moe_intermediate_size")
-    # Router weight and correction bias in float32, as GLM-4.5's checkpoint is taken to store them
-    # (the bias certainly; gate.weight not checked against the Hub's index, where a bf16 gate would
-    # make the total 147 MB smaller). transformers keeps both in fp32 either way.
-    b.add(p + "mlp.gate.weight", "F32", [experts, hidden])
+    # The correction bias in float32, the router weight in the checkpoint's dtype (as DeepSeek-V3
+    # stores its gate and as the glm4_moe fixture holds it; not checked against the Hub's index: a
+    # float32 gate would make GLM-4.5 147 MB larger). transformers keeps both in fp32 either way.
+    b.plain_tensor(p + "mlp.gate.weight", [experts, hidden])
     b.add(p + "mlp.gate.e_score_correction_bias", "F32", [experts], "bias0")
     for e in range(experts):
         b.mlp(f"{p}mlp.experts.{e}", hidden, inter)
@@ -645,7 +649,7 @@ def moonvit(b, v, text_hidden):
 
 
 GQA_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-             "Qwen3MoeForCausalLM")
+             "Qwen3MoeForCausalLM", "Gemma3ForCausalLM")
 SUPPORTED = GQA_ARCHS + ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
 
 

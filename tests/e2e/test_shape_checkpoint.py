@@ -255,7 +255,7 @@ class ShapeCheckpoint(unittest.TestCase):
             self.assertNotIn(p + "self_attn.o_proj.bias", ck.tensors)
             self.assertEqual(ck.shape(p + "self_attn.q_norm.weight"), [128])
             self.assertEqual(ck.shape(p + "self_attn.k_norm.weight"), [128])
-            self.assertEqual((ck.dtype(p + "mlp.gate.weight"), ck.shape(p + "mlp.gate.weight")), ("F32", [160, 5120]))
+            self.assertEqual((ck.dtype(p + "mlp.gate.weight"), ck.shape(p + "mlp.gate.weight")), ("BF16", [160, 5120]))
             self.assertEqual((ck.dtype(p + "mlp.gate.e_score_correction_bias"),
                               ck.shape(p + "mlp.gate.e_score_correction_bias")), ("F32", [160]))
             self.assertEqual(ck.shape(p + "mlp.experts.159.gate_proj.weight"), [1536, 5120])
@@ -285,7 +285,7 @@ class ShapeCheckpoint(unittest.TestCase):
             self.assertEqual(ck.shape(p + "self_attn.q_proj.weight"), [12288, 4096])
             self.assertEqual(ck.shape(p + "self_attn.k_proj.bias"), [1024])
             self.assertNotIn(p + "self_attn.q_norm.weight", ck.tensors)  # use_qk_norm false
-            self.assertEqual((ck.dtype(p + "mlp.gate.weight"), ck.shape(p + "mlp.gate.weight")), ("F32", [128, 4096]))
+            self.assertEqual((ck.dtype(p + "mlp.gate.weight"), ck.shape(p + "mlp.gate.weight")), ("BF16", [128, 4096]))
             self.assertEqual(ck.shape(p + "mlp.experts.127.up_proj.weight"), [1408, 4096])
             self.assertEqual(ck.shape(p + "mlp.shared_experts.down_proj.weight"), [4096, 1408])
         self.assertEqual(ck.shape("model.layers.2.eh_proj.weight"), [4096, 8192])

@@ -838,6 +838,7 @@ int main() {
   try {
     for (const std::string& name : test::dense_fixtures()) failures += golden_single(name);
     for (const int tp : {2, 4}) failures += golden_tp("llama_tp", tp);
+    for (const int tp : {2, 4}) failures += golden_tp("gemma3", tp);  // one kv head on every rank
     failures += flash_vs_reference(64, false, 0);
     failures += flash_vs_reference(128, true, 40);
     failures += user_errors();
@@ -863,6 +864,7 @@ int main() {
     failures += chunked_matches_whole("qwen3_moe", 2, MoeSplit::Intermediate, {5});
     failures += chunked_matches_whole("kimi_k25_int4", 2, MoeSplit::Intermediate, {8});
     failures += chunked_matches_whole("mixtral_swa", 2, MoeSplit::Experts, {5});
+    failures += chunked_matches_whole("gemma3", 2, MoeSplit::Experts, {6});
     failures += chunked_matches_whole("glm4_moe", 2, MoeSplit::Intermediate, {7});
     for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"})
       for (const cuda::ExpertKernel k : {cuda::ExpertKernel::Grouped, cuda::ExpertKernel::Expand})
