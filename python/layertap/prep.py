@@ -19,7 +19,10 @@ found by rendering, never by patterns of a template. For assistant turn j:
    replaced by two different strings; the text that changes is the content as the template
    writes it (``[a, b)``). Varying the whole conversation, not a prefix, is what keeps this true
    for templates that rewrite earlier turns once later ones follow (Qwen3 drops reasoning). The
-   two stand-ins must render as themselves at one place with nothing else changed.
+   two stand-ins must render as themselves at one place with nothing else changed. A tool-call
+   turn whose content the template does not write, or whose stand-ins it refuses (GPT-OSS drops
+   a call's analysis once an answer follows, and refuses content beside "thinking"), is placed
+   the same way by its first call's arguments.
 2. Where the turn starts: after its role header, which is the generation prompt
    (``add_generation_prompt`` of the conversation before turn j) as far as the finished turn
    agrees with it, character by character, and never past ``a``. A finished turn may lack part
@@ -27,14 +30,19 @@ found by rendering, never by patterns of a template. For assistant turn j:
    earlier turns do not have); what the prompt holds is never generated (Kimi-K2.5 prompts with
    ``<think>``, so the reasoning after it is). The header is looked for where the conversation
    before turn j ends in the full rendering; when the template renders that part differently
-   (consecutive assistant turns, assistant-first conversations) it is the closest longest match
-   of the prompt before ``a``. A template without a generation prompt (Llama-2) starts the turn
-   where the previous message ends.
+   (consecutive assistant turns, assistant-first conversations) it is the longest match of the
+   prompt before ``a``: the first after the previous message's end where that is known (a turn
+   may open with the prompt more than once: GPT-OSS writes reasoning and answer as two
+   messages), else the closest. A match shorter than what the prompt shares with a finished
+   turn's header is none, and a turn with no header is refused. A template without a
+   generation prompt (Llama-2) starts the turn where the previous message ends.
 3. Where the turn ends: through the first end-of-turn token from ``b`` on (the tokenizer's EOS,
    the EOS ids of ``generation_config.json``, ``--eot``), so tool calls and closing tags the
    template writes after the content belong to the turn, and an end-of-turn token written as
-   text inside the content does not end it. A turn with no end-of-turn token runs to where the
-   next message starts.
+   text inside the content does not end it. A turn with no end-of-turn token of its own ends
+   with the one that opens the next message, if it opens with one (GLM's turns end by
+   generating the next role token, ``<|user|>`` or ``<|observation|>``), else where the next
+   message starts.
 4. A token is 1 when any of its characters lies in a turn (transformers' rule for
    ``{% generation %}`` spans): a token that straddles the header and the content (``"\\n\\n"``
    after ``assistant\\n``) is 1.
@@ -612,6 +620,28 @@ class Rendered:
     spans: list[tuple[int, int]] = field(default_factory=list)   # characters [start, end)
 
 
+_DERIVED = ("writes this assistant turn's content more than once or derives other text from it, "
+            "so the turn cannot be located")
+
+
+def _with_content(m: dict, v: str) -> dict:
+    return {**m, "content": v}
+
+
+def _first_call(m: dict) -> dict | None:
+    calls = m.get("tool_calls")
+    return calls[0] if isinstance(calls, list) and calls and isinstance(calls[0], dict) else None
+
+
+def _with_arguments(m: dict, v: str) -> dict:
+    """The message with its first tool call's arguments replaced by {"x": v}."""
+    call = _first_call(m)
+    fn = call.get("function")
+    call = ({**call, "function": {**fn, "arguments": {"x": v}}} if isinstance(fn, dict)
+            else {**call, "arguments": {"x": v}})
+    return {**m, "tool_calls": [call, *m["tool_calls"][1:]]}
+
+
 class Renderer:
     """Renders conversations with a tokenizer's chat template and derives the assistant mask."""
 
@@ -631,6 +661,20 @@ class Renderer:
             q, p = self.render_text(probe, False), self.render_text(probe, True)
             if p.startswith(q):
                 self.probe_prompt = p[len(q):]
+        except Exception:
+            pass
+        # the header of a finished turn that a user message follows: a match of the generation
+        # prompt shorter than it shares with this is no header (Llama-4 writes the first message
+        # as the user's when tools are given, whatever its role); None where it cannot be rendered
+        self.finished_header = None
+        try:
+            probe = [{"role": "user", "content": "x"}]
+            q = self.render_text(probe, False)
+            r = self.render_text(probe + [{"role": "assistant", "content": VARIANTS[0]},
+                                          {"role": "user", "content": "y"}], False)
+            at = r.find(VARIANTS[0], len(q)) if r.startswith(q) else -1
+            if at >= 0:
+                self.finished_header = r[len(q):at]
         except Exception:
             pass
 
@@ -670,34 +714,44 @@ class Renderer:
             offsets.append((max(start, 0), chars))
         return ids, offsets
 
-    # -- where assistant turn j's content lies in the full rendering
+    # -- where assistant turn j lies in the full rendering: its content, else its first tool call
     def _content_span(self, messages: list[dict], j: int, full: str, tools) -> tuple[int, int]:
+        span, why = self._varied_span(messages, j, full, tools, _with_content)
+        if span is None and why is not _DERIVED and _first_call(messages[j]) is not None:
+            # no content rendered (GPT-OSS drops a tool call's analysis once an answer follows)
+            # or a stand-in refused (GPT-OSS: content beside thinking in a tool call): the call's
+            # arguments, which are the turn's too, place it instead
+            span = self._varied_span(messages, j, full, tools, _with_arguments)[0]
+        if span is None:
+            raise RecordError(f"turn {j}: the chat template {why}")
+        return span
+
+    def _varied_span(self, messages: list[dict], k: int, full: str, tools, stand_in):
+        """([a, b), None): the characters of the full rendering that message k decides through
+        what ``stand_in`` replaces by two different strings; or (None, why not)."""
         others = []
         for v in VARIANTS:
             alt = list(messages)
-            alt[j] = {**messages[j], "content": v}
+            alt[k] = stand_in(messages[k], v)
             try:
                 others.append(self.render_text(alt, False, tools))
             except Exception as e:
-                raise RecordError(f"turn {j}: the chat template fails when this assistant turn's "
-                                  f"content is changed ({e}), so the content cannot be located") from None
+                return None, (f"fails when this assistant turn's content is changed ({e}), so the "
+                              "content cannot be located")
         (x, y), (vx, vy) = others, VARIANTS
         if x == y:
-            raise RecordError(f"turn {j}: the chat template does not render this assistant turn's "
-                              "content, so the turn cannot be located")
+            return None, "does not render this assistant turn's content, so the turn cannot be located"
         # the two stand-ins must render as themselves, once, with nothing else changed: else the
         # text that differs is not only this turn's content
         at = _common_prefix(x, y)
         if x[at:at + len(vx)] != vx or y[at:at + len(vy)] != vy or x[at + len(vx):] != y[at + len(vy):]:
-            raise RecordError(f"turn {j}: the chat template writes this assistant turn's content "
-                              "more than once or derives other text from it, so the turn cannot "
-                              "be located")
+            return None, _DERIVED
         cp, cs = len(full), len(full)
         for other in others:
             p = _common_prefix(full, other)
             cp = min(cp, p)
             cs = min(cs, _common_suffix(full, other, min(len(full), len(other)) - p))
-        return cp, len(full) - cs
+        return (cp, len(full) - cs), None
 
     def _prompt(self, messages: list[dict], j: int, full: str, tools, cache: dict):
         """(the generation prompt before turn j, where the conversation before turn j ends in
@@ -710,6 +764,33 @@ class Renderer:
         if q is not None and p is not None and p.startswith(q):
             return p[len(q):], start
         return self.probe_prompt, start
+
+    def _header_end(self, messages, j, full, tools, prompt, prev_end, a) -> int:
+        """Where turn j's header ends when the full rendering does not begin with the
+        conversation before it: after the longest match of the generation prompt (at least what
+        it shares with a finished turn's header) before the content. Where the previous
+        message's end is known (an assistant turn's, or a message whose content varies in place),
+        the first match after it, as a turn may open with the prompt more than once (GPT-OSS
+        writes its reasoning and its answer as two messages); else the closest before the
+        content."""
+        if not prompt:
+            return a                    # no header (Llama-2): the turn starts at its content
+        left, first = prev_end, False
+        if j > 0 and messages[j - 1]["role"] == "assistant":
+            first = True
+        elif j > 0 and isinstance(messages[j - 1].get("content"), str):
+            span = self._varied_span(messages, j - 1, full, tools, _with_content)[0]
+            if span is not None and prev_end <= span[1] <= a:
+                left, first = span[1], True
+        seg = full[left:a]
+        least = 1 if self.finished_header is None else max(
+            1, _common_prefix(prompt, self.finished_header))
+        for k in range(len(prompt), least - 1, -1):
+            at = seg.find(prompt[:k]) if first else seg.rfind(prompt[:k])
+            if at >= 0:
+                return left + at + k
+        raise RecordError(f"turn {j}: the chat template writes no assistant header before this "
+                          "turn, so where the turn starts is not defined")
 
     def _render_cached(self, messages, k, gen, tools, cache):
         if (k, gen) not in cache:
@@ -748,13 +829,7 @@ class Renderer:
                 if prompt and head == start:
                     head = a                   # a header unlike the generation prompt
             else:
-                head = a
-                seg = full[prev_end:a]
-                for k in range(len(prompt), 0, -1):
-                    at = seg.rfind(prompt[:k])
-                    if at >= 0:
-                        head = prev_end + at + k
-                        break
+                head = self._header_end(messages, j, full, tools, prompt, prev_end, a)
             # the turn's end: the first end-of-turn token from b on, before the next message
             # (where the conversation up to this turn ends in the full rendering, or failing
             # that, before the next assistant content)
@@ -771,6 +846,12 @@ class Renderer:
                 if ids[t] in self.eot_ids:
                     end = offsets[t][1]
                     break
+            if end is None and turn_end is not None:
+                # none in the turn: the one opening the next message, if any, is the turn's own
+                # (GLM ends a turn by generating <|user|> or <|observation|>)
+                t = bisect.bisect_left(starts, turn_end)
+                if t < len(ids) and starts[t] == turn_end and ids[t] in self.eot_ids:
+                    end = offsets[t][1]
             if end is None:                   # no end-of-turn token: the whole turn
                 end = turn_end if turn_end is not None else b
             if end > head:

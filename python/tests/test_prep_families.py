@@ -4,17 +4,21 @@ consecutive assistant turns, multi-turn, tool calls and results, reasoning, unic
 text, truncation inside a turn) is prepared by the command, and every record written must have
 the ids and the mask of ``apply_chat_template(..., return_assistant_tokens_mask=True)`` on the
 family's template tagged with {% generation %} (chat_families.py). Refused: exactly the records
-made unrenderable (bad JSON, an image part, what the template raises on), by line.
+made unrenderable (bad JSON, an image part, what the template raises on), the conversations a
+family's template refuses by its own rule (Mixtral and Gemma-3 need alternating turns) or writes
+no assistant header for, and those whose reference masks nothing, by line.
 
-ChatML (as SmolLM2 ships it), the Llama-3 layouts and Qwen3 run on SmolLM2's real tokenizer
-(Llama-3's header tokens added); the Kimi-K2.5 style runs on a tokenizer shipped as code
+ChatML (as SmolLM2 ships it), the Llama-3 layouts, Qwen3, Mixtral, Gemma-3, Llama-4, GLM-4.5 and
+GPT-OSS run on SmolLM2's real tokenizer (with each family's special tokens, BOS, EOS and
+generation_config.json EOS ids); the Kimi-K2.5 style runs on a tokenizer shipped as code
 (kimi_model.py), loaded with --trust-remote-code."""
 
 import json
 import random
 
 import pytest
-from chat_families import CHATML_SMOLLM2, KIMI, LLAMA3, LLAMA31, QWEN3, plain
+from chat_families import (CHATML_SMOLLM2, GEMMA3, GLM45, GPT_OSS, KIMI, LLAMA3, LLAMA4, LLAMA31,
+                           MIXTRAL, QWEN3, plain)
 from helpers import write_jsonl
 from kimi_model import make_kimi_model
 
@@ -66,10 +70,24 @@ def _tool_exchange(rng, k):
             {"role": "assistant", "content": rng.choice(REPLIES)}]
 
 
+def _thought_through_tools():
+    """Reasoning on a tool call with no content and on the answer after it: GPT-OSS renders the
+    answer's reasoning as a message of its own before it, and the call's only until an answer
+    follows."""
+    call = {"id": "functions.get_weather:0", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Köln"}}}
+    return [{"role": "user", "content": "Weather in Köln?"},
+            {"role": "assistant", "content": "", "tool_calls": [call],
+             "reasoning_content": "Look it up.", "thinking": "Look it up."},
+            {"role": "tool", "tool_call_id": call["id"], "content": '{"temp_c": 21}'},
+            {"role": "assistant", "content": "It is 21 °C.", "reasoning_content": "It said 21.",
+             "thinking": "It said 21."}]
+
+
 def _reply(rng):
     m = {"role": "assistant", "content": rng.choice(REPLIES)}
-    if rng.random() < 0.3:
-        m["reasoning_content"] = rng.choice(REASONING)
+    if rng.random() < 0.3:     # GPT-OSS's template reads the reasoning as "thinking"
+        m["reasoning_content"] = m["thinking"] = rng.choice(REASONING)
     return m
 
 
@@ -90,6 +108,7 @@ def conversations(n_random=30, seed=16):
         [{"role": "user", "content": "Weather in Paris?"}] + _tool_exchange(random.Random(1), 0),
         [{"role": "user", "content": "Weather twice?"}]
         + _tool_exchange(random.Random(2), 0)[:2] + _tool_exchange(random.Random(3), 1),
+        _thought_through_tools(),
     ]
     rng = random.Random(seed)
     for _ in range(n_random):
@@ -116,11 +135,62 @@ RAISES = {
              {"role": "assistant", "content": "A"}],
 }
 RAISES["llama31"] = RAISES["llama3"]
+RAISES["mixtral"] = [{"role": "user", "content": "Q"}, {"role": "tool", "content": "{}"},
+                     {"role": "assistant", "content": "A"}]
+RAISES["gemma3"] = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"},
+                    {"role": "assistant", "content": "B"}]
+RAISES["llama4"] = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "", "tool_calls": [
+    {"id": "c", "name": "f", "arguments": {}}]}]        # a call not wrapped in "function"
+RAISES["glm45"] = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "", "tool_calls": [
+    {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"city": "Paris"}'}}]}]
+RAISES["gptoss"] = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "Calling.",
+                                                      "thinking": "t", "tool_calls": [
+    {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}]}]
+
+
+def _alternates(msgs):
+    """Mixtral's and Gemma-3's rule: after an optional system message, user first, then
+    alternating (any role but user counts as the assistant's turn)."""
+    rest = msgs[1:] if msgs[0]["role"] == "system" else msgs
+    return all((m["role"] == "user") == (k % 2 == 0) for k, m in enumerate(rest))
+
+
+def _assistant_first_with_tools(msgs):
+    rest = msgs[1:] if msgs[0]["role"] == "system" else msgs
+    return rest[0]["role"] == "assistant" and any(m.get("tool_calls") for m in msgs)
+
+
+# the generated conversations a family refuses, with prep's reason: the template's own rule, or
+# no assistant header (Llama-4 writes the first message as the user's when tools are given)
+REFUSED = {
+    "mixtral": [(lambda msgs: not _alternates(msgs) or any(
+        m["role"] not in ("user", "assistant") for m in msgs[1:]), "chat template refused")],
+    "gemma3": [(lambda msgs: not _alternates(msgs), "chat template refused")],
+    "llama4": [(_assistant_first_with_tools, "no assistant header")],
+}
 IMAGE = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
                       {"role": "assistant", "content": "A cat."}]}
 
 
 # ---- the families ------------------------------------------------------------------------------
+# special tokens, BOS (GLM writes its prefix as text), EOS and generation_config.json's EOS ids as
+# the models ship them (<|endoftext|> is SmolLM2's own)
+TOKENS = {
+    "mixtral": (["<s>", "</s>"], "<s>", "</s>", ["</s>"]),
+    "gemma3": (["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>",
+               ["<eos>", "<end_of_turn>"]),
+    "llama4": (["<|begin_of_text|>", "<|end_of_text|>", "<|header_start|>", "<|header_end|>", "<|eot|>",
+                "<|eom|>", "<|python_start|>", "<|python_end|>"], "<|begin_of_text|>", "<|eot|>",
+               ["<|end_of_text|>", "<|eom|>", "<|eot|>"]),
+    "glm45": (["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
+               "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
+               "<arg_value>", "</arg_value>", "<tool_response>", "</tool_response>"],
+              None, "<|endoftext|>", ["<|endoftext|>", "<|user|>", "<|observation|>"]),
+    "gptoss": (["<|startoftext|>", "<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|return|>",
+                "<|call|>", "<|constrain|>"], "<|startoftext|>", "<|return|>",
+               ["<|return|>", "<|endoftext|>", "<|call|>"]),
+}
+
 @pytest.fixture(scope="module")
 def family_dirs(smollm2_tokenizer_dir, tmp_path_factory):
     """name -> (model directory, tagged template, template args)."""
@@ -141,6 +211,21 @@ def family_dirs(smollm2_tokenizer_dir, tmp_path_factory):
                 {"eos_token_id": [tok.eos_token_id, tok.convert_tokens_to_ids("<|eot_id|>")]}))
         out[name] = (d, template, {})
     out["qwen3-nothink"] = (out["qwen3"][0], QWEN3, {"enable_thinking": False})
+    for name, template in [("mixtral", MIXTRAL), ("gemma3", GEMMA3), ("llama4", LLAMA4),
+                           ("glm45", GLM45), ("gptoss", GPT_OSS)]:
+        specials, bos, eos, eos_ids = TOKENS[name]
+        tok = AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir))
+        tok.add_special_tokens({"additional_special_tokens": specials})
+        tok.add_special_tokens({"eos_token": eos, **({"bos_token": bos} if bos else {})})
+        tok.chat_template = plain(template)
+        for t in specials:      # one token each, as the models have them
+            assert len(tok(t, add_special_tokens=False)["input_ids"]) == 1, t
+        d = root / name
+        tok.save_pretrained(str(d))
+        (d / "generation_config.json").write_text(json.dumps(
+            {"eos_token_id": [tok.convert_tokens_to_ids(t) for t in eos_ids]}))
+        out[name] = (d, template, {})
+    out["glm45-nothink"] = (out["glm45"][0], GLM45, {"enable_thinking": False})
     out["kimi"] = (make_kimi_model(root / "kimi", plain(KIMI)), KIMI, {})
     out["kimi-nothink"] = (out["kimi"][0], KIMI, {"thinking": False})
     return out
@@ -184,7 +269,8 @@ def _args(d, name, kw):
     return args
 
 
-FAMILIES = ["chatml", "llama3", "llama31", "qwen3", "qwen3-nothink", "kimi", "kimi-nothink"]
+FAMILIES = ["chatml", "llama3", "llama31", "qwen3", "qwen3-nothink", "kimi", "kimi-nothink", "mixtral",
+            "gemma3", "llama4", "glm45", "glm45-nothink", "gptoss"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -193,15 +279,33 @@ def test_family_matches_generation_reference(family_dirs, name, tmp_path):
     tok = _load(d, name)
     convs = conversations()
     lines = [record(i, m) for i, m in enumerate(convs)]
-    raises = RAISES[name.split("-")[0]]
-    bad = {len(lines) + 1: "malformed JSON", len(lines) + 2: "only text",
-           len(lines) + 3: "chat template refused"}
-    lines += ["{\"messages\": [", IMAGE, {"id": "raises", "messages": raises}]
+    family = name.split("-")[0]
+    # what each line must give: its reference, or the reason it is refused (the family's rule,
+    # or a reference with nothing to mask: GLM without thinking generates nothing visible for
+    # an empty reply)
+    refs, bad = {}, {}
+    for n, m in enumerate(convs, 1):
+        why = next((r for rule, r in REFUSED.get(family, []) if rule(m)), None)
+        if why is None:
+            messages, _, tools = normalize_record(lines[n - 1])
+            refs[n] = reference(tok, messages, tagged, kw, tools)
+            if not any(refs[n][1]):
+                why = "no assistant token"
+                del refs[n]
+        if why:
+            bad[n] = why
+    bad.update({len(lines) + 1: "malformed JSON", len(lines) + 2: "only text",
+                len(lines) + 3: "chat template refused"})
+    lines += ["{\"messages\": [", IMAGE, {"id": "raises", "messages": RAISES[family]}]
     src = write_jsonl(tmp_path / "in.jsonl", lines)
     out, rep = tmp_path / "out.jsonl", tmp_path / "report.json"
     assert main([*_args(d, name, kw), "--in", str(src), "--out", str(out), "--report", str(rep)]) == 0
     report = json.loads(rep.read_text())
-    assert report["rejected"] == 3 and report["written"] == len(convs), report["errors"]
+    assert report["rejected"] == len(bad) and report["written"] == len(refs) >= 20, report["errors"]
+    if family in TOKENS:       # the EOS and generation_config.json's EOS ids end turns
+        _, _, eos, eos_ids = TOKENS[family]
+        assert report["end_of_turn_ids"] == sorted({tok.convert_tokens_to_ids(t)
+                                                    for t in [eos, *eos_ids]})
     assert {e["line"]: e["error"] for e in report["errors"]}.keys() == bad.keys()
     for e in report["errors"]:
         assert bad[e["line"]] in e["error"], e
@@ -211,9 +315,8 @@ def test_family_matches_generation_reference(family_dirs, name, tmp_path):
             assert tok.apply_chat_template(m, tokenize=False) == \
                 tok.apply_chat_template(m, tokenize=False, chat_template=plain(tagged))
     assert sum("tools" in rec for rec in lines[:len(convs)]) >= 2
-    for rec, line in zip(got, lines):
-        messages, _, tools = normalize_record(line)
-        ids, mask, text = reference(tok, messages, tagged, kw, tools)
+    assert len(got) == len(refs)
+    for rec, (ids, mask, text) in zip(got, refs.values()):
         assert rec["input_ids"] == ids, (rec["id"], text)
         assert rec["loss_mask"] == mask, (rec["id"], text, _diff(tok, ids, rec["loss_mask"], mask))
 
@@ -222,7 +325,8 @@ def _diff(tok, ids, got, want):
     return [(t, tok.decode([ids[t]]), got[t], want[t]) for t in range(len(ids)) if got[t] != want[t]]
 
 
-@pytest.mark.parametrize("name", ["chatml", "qwen3", "kimi"])
+@pytest.mark.parametrize("name", ["chatml", "qwen3", "kimi", "mixtral", "gemma3", "llama4", "glm45",
+                                  "gptoss"])
 def test_truncation_inside_an_assistant_turn(family_dirs, name, tmp_path):
     """--max-tokens N cuts inside the last assistant turn: the first N ids and mask entries of
     the reference; a conversation whose assistant tokens all lie past N is refused."""
