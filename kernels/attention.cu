@@ -332,13 +332,6 @@ Work attention_work(const AttentionLayout& a, std::int64_t T, bool flash) {
   return w;
 }
 
-// The fused q/k/v projection of the dense decoders as a layout, scale 1/sqrt(hd) as the CPU reference.
-AttentionLayout fused_layout(const __nv_bfloat16* qkv, std::int64_t hq, std::int64_t hkv, std::int64_t hd) {
-  const std::int64_t row = (hq + 2 * hkv) * hd;
-  return AttentionLayout{qkv, row, qkv + hq * hd, row, qkv + (hq + hkv) * hd, row, hq, hkv, hd, hd,
-                         1.0f / std::sqrt(static_cast<float>(hd))};
-}
-
 bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 }  // namespace
@@ -357,16 +350,6 @@ void attention_reference(__nv_bfloat16* ctx, const AttentionLayout& a, const std
   launch<attention_reference_kernel>(Grid{grid, kRefBlock, smem, stream, attention_work(a, T, false)}, ctx, a, pos,
                                      window);
   LT_CUDA_CHECK_LAUNCH();
-}
-
-void attention_reference(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos, std::int64_t T,
-                         std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
-                         cudaStream_t stream, std::int64_t attended_pairs) {
-  LT_CHECK(qkv != nullptr && hq > 0 && hkv > 0 && hd > 0, "attention_reference: bad shape or null qkv (hq=", hq,
-           " hkv=", hkv, " hd=", hd, ")");
-  AttentionLayout a = fused_layout(qkv, hq, hkv, hd);
-  a.attended_pairs = attended_pairs;
-  attention_reference(ctx, a, pos, T, window, stream);
 }
 
 std::int64_t count_attended_pairs(const std::vector<std::int64_t>& offsets, std::int64_t first_position,
@@ -441,19 +424,6 @@ void attention_flash(__nv_bfloat16* ctx, const AttentionLayout& a, const std::in
     launch<attention_flash_kernel<192, 128>>(g, ctx, a, pos, tiles, window);
   }
   LT_CUDA_CHECK_LAUNCH();
-}
-
-void attention_flash(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos,
-                     const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t hq,
-                     std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream,
-                     std::int64_t attended_pairs) {
-  LT_CHECK(qkv != nullptr && hq > 0 && hkv > 0 && hd > 0, "attention_flash: bad shape or null qkv (hq=", hq,
-           " hkv=", hkv, " hd=", hd, ")");
-  LT_CHECK(hd == 64 || hd == 128, "attention_flash: head_dim ", hd,
-           " or this device is not supported (head_dim 64 or 128 on sm_80+)");
-  AttentionLayout a = fused_layout(qkv, hq, hkv, hd);
-  a.attended_pairs = attended_pairs;
-  attention_flash(ctx, a, pos, tiles, num_tiles, T, window, stream);
 }
 
 }  // namespace layertap::kernels

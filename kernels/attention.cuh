@@ -3,9 +3,9 @@
 //   attention_reference  any head dims up to 512, float32 throughout; simple, the yardstick;
 //   attention_flash      head dims 64/64, 128/128 (dense) and 192/128 (MLA: qk = nope + rope dims,
 //                        v), bf16 tensor cores (mma.sync, sm_80+), online softmax.
-// Each takes either the dense decoders' fused q/k/v projection, or an AttentionLayout: separate
-// q, k and v rows with head dims and a score scale of their own (MLA). Usable from host C++ (g++)
-// and from .cu files.
+// Each takes an AttentionLayout: q, k and v rows with head dims and a score scale of their own
+// (the dense decoders' fused q/k/v projection: fused_qkv_layout; MLA's separate rows). Usable from
+// host C++ (g++) and from .cu files.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -36,6 +36,14 @@ struct AttentionLayout {
   std::int64_t attended_pairs = 0;
 };
 
+// The dense decoders' fused projection qkv (T, (hq + 2 hkv) * hd), q heads then k heads then v
+// heads, as a layout with score scale `scale`.
+inline AttentionLayout fused_qkv_layout(const __nv_bfloat16* qkv, std::int64_t hq, std::int64_t hkv, std::int64_t hd,
+                                        float scale) {
+  const std::int64_t row = (hq + 2 * hkv) * hd;
+  return AttentionLayout{qkv, row, qkv + hq * hd, row, qkv + (hq + hkv) * hd, row, hq, hkv, hd, hd, scale};
+}
+
 // The (query, key) pairs per head that attention over a packed batch attends (causal within each
 // sample; host-known, for the launches' stated work): with sample offsets [S+1], the first
 // sample's first position p0 (its kept positions under chunked prefill; the others start at 0) and
@@ -49,20 +57,12 @@ std::int64_t count_attended_pairs(const std::vector<std::int64_t>& offsets, std:
 // u0 = u - pos[t]) and query head h (key/value head g = h / (hq / hkv)):
 //   keys  j in [lo, u],  lo = u0, or max(u0, u - window + 1) when window > 0 (HF sliding window:
 //         the last `window` positions, the query's own included)
-//   ctx[t, h*hd : (h+1)*hd] = bf16( sum_j softmax_j(scale * q_t . k_j) v_j ),  scale = 1/sqrt(hd)
+//   ctx[t, h*v_dim : (h+1)*v_dim] = bf16( sum_j softmax_j(scale * q_t . k_j) v_j )
 // with softmax and sums in float32.
 //
-//   ctx  (T, hq * hd)               bf16, written
-//   qkv  (T, (hq + 2*hkv) * hd)     bf16: q heads, then k heads, then v heads (after RoPE)
-//   pos  (T)                        int32, position of each token within its sample
-//   attended_pairs                  count_attended_pairs of the batch: the launch's stated work
-//                                   only (as AttentionLayout::attended_pairs; 0 = not stated)
+//   ctx  (T, hq * v_dim)  bf16, written; qk_dim and v_dim at most 512
+//   pos  (T)              int32, position of each token within its sample
 // Launches on `stream`; throws layertap::Error on bad arguments or a failed launch.
-void attention_reference(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos, std::int64_t T,
-                         std::int64_t hq, std::int64_t hkv, std::int64_t hd, std::int64_t window,
-                         cudaStream_t stream, std::int64_t attended_pairs = 0);
-
-// The same function on an AttentionLayout: ctx (T, hq * v_dim); qk_dim and v_dim at most 512.
 void attention_reference(__nv_bfloat16* ctx, const AttentionLayout& layout, const std::int32_t* pos, std::int64_t T,
                          std::int64_t window, cudaStream_t stream);
 
@@ -82,14 +82,9 @@ bool flash_attention_supported(std::int64_t qk_dim, std::int64_t v_dim);
 
 // Same function as attention_reference, except that the probabilities are rounded to bf16 for
 // the tensor-core product with V (their float32 sum is the softmax denominator), as FlashAttention-2.
+// Its head dims as flash_attention_supported(qk, v) says; k and v 16-byte aligned with row strides
+// of whole 8-element chunks; q and ctx 4-byte aligned.
 //   tiles  (num_tiles, 2) int32  from flash_query_tiles(offsets), on the device
-void attention_flash(__nv_bfloat16* ctx, const __nv_bfloat16* qkv, const std::int32_t* pos,
-                     const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t hq,
-                     std::int64_t hkv, std::int64_t hd, std::int64_t window, cudaStream_t stream,
-                     std::int64_t attended_pairs = 0);
-
-// attention_flash on an AttentionLayout (its head dims as flash_attention_supported(qk, v) says; k
-// and v 16-byte aligned with row strides of whole 8-element chunks; q and ctx 4-byte aligned).
 void attention_flash(__nv_bfloat16* ctx, const AttentionLayout& layout, const std::int32_t* pos,
                      const std::int32_t* tiles, std::int64_t num_tiles, std::int64_t T, std::int64_t window,
                      cudaStream_t stream);

@@ -81,12 +81,14 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
       continue;
     }
     poison_bf16(d_ctx);
+    kernels::AttentionLayout layout =
+        kernels::fused_qkv_layout(as_bf16(d_qkv.data()), c.hq, c.hkv, hd, 1.0f / std::sqrt(float(hd)));
+    layout.attended_pairs = pairs;
     if (flash) {
-      kernels::attention_flash(as_bf16(d_ctx.data()), as_bf16(d_qkv.data()), d_pos.data(), d_tiles.data(),
-                               std::int64_t(tiles.size()) / 2, T, c.hq, c.hkv, hd, c.window, stream, pairs);
+      kernels::attention_flash(as_bf16(d_ctx.data()), layout, d_pos.data(), d_tiles.data(),
+                               std::int64_t(tiles.size()) / 2, T, c.window, stream);
     } else {
-      kernels::attention_reference(as_bf16(d_ctx.data()), as_bf16(d_qkv.data()), d_pos.data(), T, c.hq, c.hkv, hd,
-                                   c.window, stream, pairs);
+      kernels::attention_reference(as_bf16(d_ctx.data()), layout, d_pos.data(), T, c.window, stream);
     }
     LT_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> got = widen(d_ctx.download());

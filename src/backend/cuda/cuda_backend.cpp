@@ -213,40 +213,33 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   gemm_->linear(w.qkv, w.h, l.qkv.w, l.qkv.b, T, l.qkv.out, l.qkv.in, s);  // (T, (hq + 2 hkv) * hd)
   kernels::qk_norm_rope(w.qkv, pos, inv_freq(layer), l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd,
                         config_.rotary_dim, s, rope_attention_factor_[std::size_t(layer)], config_.norm_weight_offset);
+  // Whole samples: keys and values straight from the projection.
+  kernels::AttentionLayout a = kernels::fused_qkv_layout(w.qkv, hq, hkv, hd, config_.attention_scale());
+  a.attended_pairs = attended_pairs_[std::size_t(layer)];
   const ChunkRows& c = chunk_;
-  const std::int64_t qkv_row = shape_.qkv_dim();
-  if (c.kept == 0 && !c.keep) {  // whole samples: keys and values straight from the projection
-    kernels::AttentionLayout a{w.qkv, qkv_row, w.qkv + hq * hd, qkv_row, w.qkv + (hq + hkv) * hd, qkv_row, hq, hkv,
-                               hd, hd, config_.attention_scale()};
-    a.attended_pairs = attended_pairs_[std::size_t(layer)];
-    if (attention_ == AttentionKernel::Flash) {
-      kernels::attention_flash(w.ctx, a, pos, tiles, num_tiles, T, window, s);  // (T, hq * hd)
-    } else {
-      kernels::attention_reference(w.ctx, a, pos, T, window, s);  // (T, hq * hd)
-    }
-  } else {
+  const std::int64_t row = 2 * hkv * hd;  // a kept K | V row
+  const std::size_t e = sizeof(__nv_bfloat16);
+  __nv_bfloat16* kept = kept_rows(layer);
+  const bool chunked = c.kept > 0 || c.keep;
+  if (chunked) {
     // keys (kept + T, 2 hkv hd) = the sample in flight's kept K | V rows, then the batch's.
-    const std::int64_t row = 2 * hkv * hd;
-    const std::size_t e = sizeof(__nv_bfloat16);
-    __nv_bfloat16* kept = kept_rows(layer);
     if (c.kept > 0)
       LT_CUDA_CHECK(cudaMemcpyAsync(w.keys, kept, std::size_t(c.kept * row) * e, cudaMemcpyDeviceToDevice, s));
     LT_CUDA_CHECK(cudaMemcpy2DAsync(w.keys + c.kept * row, std::size_t(row) * e, w.qkv + hq * hd,
-                                    std::size_t(qkv_row) * e, std::size_t(row) * e, std::size_t(T),
+                                    std::size_t(a.q_row) * e, std::size_t(row) * e, std::size_t(T),
                                     cudaMemcpyDeviceToDevice, s));
-    kernels::AttentionLayout a{w.qkv, qkv_row, w.keys, row, w.keys + hkv * hd, row, hq, hkv, hd, hd,
-                               config_.attention_scale()};
+    a.k = w.keys, a.k_row = row;
+    a.v = w.keys + hkv * hd, a.v_row = row;
     a.key_offset = c.kept;
-    a.attended_pairs = attended_pairs_[std::size_t(layer)];
-    if (attention_ == AttentionKernel::Flash) {
-      kernels::attention_flash(w.ctx, a, pos, tiles, num_tiles, T, window, s);  // (T, hq * hd)
-    } else {
-      kernels::attention_reference(w.ctx, a, pos, T, window, s);  // (T, hq * hd)
-    }
-    if (c.keep)
-      LT_CUDA_CHECK(cudaMemcpyAsync(kept + c.keep_at * row, w.keys + (c.kept + c.keep_from) * row,
-                                    std::size_t((T - c.keep_from) * row) * e, cudaMemcpyDeviceToDevice, s));
   }
+  if (attention_ == AttentionKernel::Flash) {
+    kernels::attention_flash(w.ctx, a, pos, tiles, num_tiles, T, window, s);  // (T, hq * hd)
+  } else {
+    kernels::attention_reference(w.ctx, a, pos, T, window, s);  // (T, hq * hd)
+  }
+  if (c.keep)  // the rows a later chunk of this sample attends to
+    LT_CUDA_CHECK(cudaMemcpyAsync(kept + c.keep_at * row, w.keys + (c.kept + c.keep_from) * row,
+                                  std::size_t((T - c.keep_from) * row) * e, cudaMemcpyDeviceToDevice, s));
   gemm_->linear(w.delta, w.ctx, l.o.w, l.o.b, T, H, l.o.in, s);  // (T, H) partial sum over this rank's heads
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
