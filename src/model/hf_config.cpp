@@ -24,7 +24,8 @@ enum class Bias {
 };
 enum class QkNorm { None, Always, WhenUseQkNorm };  // Qwen3: always; GLM-4.5: `use_qk_norm`
 
-// A family is a row of parameters of the shared parts, never code of its own.
+// A family is a row of parameters of the shared parts; a family with keys of its own adds a parse
+// function for them (parse_mixtral_moe, parse_gemma3), never math of its own.
 struct Family {
   const char* architecture;
   Attention attention;
@@ -42,17 +43,21 @@ struct Family {
 // The math is chosen by architecture, never by model_type: Moonshot ships Kimi-K2 as
 // DeepseekV3ForCausalLM with model_type "kimi_k2", which transformers does not register.
 constexpr Family kFamilies[] = {
-    {"LlamaForCausalLM", Attention::Gqa, Ffn::Dense},
-    {"MistralForCausalLM", Attention::Gqa, Ffn::Dense, Bias::QkvO, QkNorm::None, true},
-    {"Qwen2ForCausalLM", Attention::Gqa, Ffn::Dense, Bias::QkvAlways},
-    {"Qwen3ForCausalLM", Attention::Gqa, Ffn::Dense, Bias::QkvO, QkNorm::Always},
-    {"Qwen3MoeForCausalLM", Attention::Gqa, Ffn::Qwen3Moe, Bias::QkvO, QkNorm::Always},
-    {"MixtralForCausalLM", Attention::Gqa, Ffn::MixtralMoe, Bias::QkvO, QkNorm::None, true},
+    {.architecture = "LlamaForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Dense},
+    {.architecture = "MistralForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Dense, .mistral_window = true},
+    {.architecture = "Qwen2ForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Dense, .bias = Bias::QkvAlways},
+    {.architecture = "Qwen3ForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Dense, .qk_norm = QkNorm::Always},
+    {.architecture = "Qwen3MoeForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Qwen3Moe,
+     .qk_norm = QkNorm::Always},
+    {.architecture = "MixtralForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::MixtralMoe, .mistral_window = true},
     // transformers' Glm4MoeConfig defaults partial_rotary_factor to 0.5.
-    {"Glm4MoeForCausalLM", Attention::Gqa, Ffn::Glm4Moe, Bias::Qkv, QkNorm::WhenUseQkNorm, false, 0.5},
-    {"DeepseekV3ForCausalLM", Attention::Mla, Ffn::DeepseekMoe},
-    {"KimiK25ForConditionalGeneration", Attention::Mla, Ffn::DeepseekMoe, Bias::QkvO, QkNorm::None, false, 1.0, true},
-    {"Gemma3ForCausalLM", Attention::Gqa, Ffn::Dense, Bias::QkvO, QkNorm::Always, false, 1.0, false, true},
+    {.architecture = "Glm4MoeForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Glm4Moe, .bias = Bias::Qkv,
+     .qk_norm = QkNorm::WhenUseQkNorm, .partial_rotary_default = 0.5},
+    {.architecture = "DeepseekV3ForCausalLM", .attention = Attention::Mla, .ffn = Ffn::DeepseekMoe},
+    {.architecture = "KimiK25ForConditionalGeneration", .attention = Attention::Mla, .ffn = Ffn::DeepseekMoe,
+     .text_config = true},
+    {.architecture = "Gemma3ForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Dense, .qk_norm = QkNorm::Always,
+     .gemma3 = true},
 };
 
 // Bounds far beyond any released model, tight enough that every product of sizes the loader and
@@ -72,13 +77,19 @@ constexpr Interval kPositive{0.0, 1e30, true};
 double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 // RoPE settings come in two spellings: top-level rope_theta + rope_scaling (classic Hub configs)
-// and a rope_parameters dict (newer transformers). Both are accepted.
-RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
-  RopeConfig rope;
+// and a rope_parameters dict (newer transformers). Both are accepted: a key is read from the
+// dict this returns (rope_parameters, else rope_scaling, else an empty one), else from the top level.
+JsonFields rope_dict(const JsonFields& j) {
+  static const json kNone = json::object();
   const char* dict = j.has("rope_parameters") ? "rope_parameters" : j.has("rope_scaling") ? "rope_scaling" : nullptr;
-  const json empty = json::object();
-  const JsonFields p(dict ? j.raw().at(dict) : empty, dict ? cat(j.where(), " (", dict, ")") : j.where());
-  rope.theta = p.number_or("rope_theta", j.number_or("rope_theta", 10000.0, {0, 1e12, true}), {0, 1e12, true});
+  return JsonFields(dict ? j.raw().at(dict) : kNone, dict ? cat(j.where(), " (", dict, ")") : j.where());
+}
+
+// `default_theta` when neither spelling gives rope_theta (10000; Gemma-3's full layers 1e6).
+RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings, double default_theta = 10000.0) {
+  RopeConfig rope;
+  const JsonFields p = rope_dict(j);
+  rope.theta = p.number_or("rope_theta", j.number_or("rope_theta", default_theta, {0, 1e12, true}), {0, 1e12, true});
   const std::string type = p.string_or("rope_type", p.string_or("type", "default"));
   if (type == "default") {
     rope.type = RopeConfig::Type::Default;
@@ -133,9 +144,7 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings) {
 // level; even and positive. A family whose attention rotates whole heads (fallback 1) refuses any
 // other factor: its transformers code would not run it.
 int64_t rotary_dim(const JsonFields& j, int64_t head_dim, double fallback, const std::string& architecture) {
-  const char* dict = j.has("rope_parameters") ? "rope_parameters" : j.has("rope_scaling") ? "rope_scaling" : nullptr;
-  const json empty = json::object();
-  const JsonFields p(dict ? j.raw().at(dict) : empty, dict ? cat(j.where(), " (", dict, ")") : j.where());
+  const JsonFields p = rope_dict(j);
   const double partial = p.number_or("partial_rotary_factor", j.number_or("partial_rotary_factor", fallback, kPositive),
                                      {0, 1, true});
   LT_CHECK(fallback != 1.0 || partial == 1.0, j.where(), ": partial_rotary_factor ", partial,
@@ -307,8 +316,7 @@ void parse_gemma3(const JsonFields& j, ModelConfig& c) {
       (std::string(type) == "full_attention" ? global : local) = parse_rope(sub, c.max_position_embeddings);
     }
   } else {  // the Hub's: rope_theta (1e6) + rope_scaling for full layers, rope_local_base_freq (1e4)
-    global = parse_rope(j, c.max_position_embeddings);
-    if (!j.has("rope_theta")) global.theta = 1e6;
+    global = parse_rope(j, c.max_position_embeddings, 1e6);
     local.theta = j.number_or("rope_local_base_freq", 10000.0, {0, 1e12, true});
   }
   c.rope = global;
@@ -386,10 +394,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     c.mlp_bias = j.boolean_or("mlp_bias", false);
     c.qk_norm = family.qk_norm == QkNorm::Always ||
                 (family.qk_norm == QkNorm::WhenUseQkNorm && j.boolean_or("use_qk_norm", false));
-    c.rotary_dim = rotary_dim(j, c.head_dim, family.partial_rotary_default, c.architecture);
-  } else {
-    c.rotary_dim = c.head_dim;
   }
+  c.rotary_dim = rotary_dim(j, c.head_dim, family.partial_rotary_default, c.architecture);
   switch (family.ffn) {
     case Ffn::Dense: break;
     case Ffn::Qwen3Moe: parse_qwen3_moe(j, c); break;
