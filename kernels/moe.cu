@@ -241,18 +241,31 @@ __device__ __forceinline__ std::uint32_t pair_key(const std::int32_t* __restrict
   return e >= 0 && e < ts.n_local ? std::uint32_t(e) : std::uint32_t(ts.n_local);
 }
 
+// What warp `warp` of a tile kernel works on: tile w's pairs [begin, end) and its per-expert
+// counters, expert e's at ctr[e * stride] (shared memory, n_local per warp; else column w of the
+// table). tile_count_kernel and tile_place_kernel must agree on both.
+struct TileWork {
+  std::int64_t w, begin, end;
+  std::int32_t* ctr;
+  std::int64_t stride;
+};
+
+__device__ __forceinline__ TileWork tile_work(const TileShape& ts, std::int32_t* table, std::int32_t* smem, int warp) {
+  const std::int64_t w = std::int64_t(blockIdx.x) * kWarps + warp, begin = w * ts.tile_len;
+  return {w, begin, begin + ts.tile_len < ts.pairs ? begin + ts.tile_len : ts.pairs,
+          ts.shared_counters ? smem + std::int64_t(warp) * ts.n_local : table + w, ts.shared_counters ? 1 : ts.tiles};
+}
+
 // table[e * W + w] = the pairs of tile w routed to local expert e.
 __global__ void __launch_bounds__(kBlock)
     tile_count_kernel(const std::int32_t* __restrict__ experts, TileShape ts, std::int32_t* __restrict__ table) {
   LT_DYNAMIC_SHARED(std::int32_t, tile_smem);
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const std::int64_t w = std::int64_t(blockIdx.x) * kWarps + warp;
+  const int lane = int(threadIdx.x) % 32;
+  const auto [w, begin, end, ctr, stride] = tile_work(ts, table, tile_smem, int(threadIdx.x) / 32);
   if (w >= ts.tiles) return;  // the whole warp
-  const std::int64_t n = ts.n_local, stride = ts.shared_counters ? 1 : ts.tiles;
-  std::int32_t* ctr = ts.shared_counters ? tile_smem + std::int64_t(warp) * n : table + w;
+  const std::int64_t n = ts.n_local;
   for (std::int64_t e = lane; e < n; e += 32) ctr[e * stride] = 0;
   __syncwarp();
-  const std::int64_t begin = w * ts.tile_len, end = begin + ts.tile_len < ts.pairs ? begin + ts.tile_len : ts.pairs;
   for (std::int64_t base = begin; base < end; base += 32) {
     const std::uint32_t key = pair_key(experts, ts, base + lane, end);
     const unsigned peers = match_key(key, ts.bits);
@@ -325,16 +338,14 @@ __global__ void __launch_bounds__(kBlock)
     tile_place_kernel(const std::int32_t* __restrict__ experts, TileShape ts, std::int32_t* __restrict__ table,
                       std::int32_t* __restrict__ slot) {
   LT_DYNAMIC_SHARED(std::int32_t, tile_smem);
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const std::int64_t w = std::int64_t(blockIdx.x) * kWarps + warp;
+  const int lane = int(threadIdx.x) % 32;
+  const auto [w, begin, end, ctr, stride] = tile_work(ts, table, tile_smem, int(threadIdx.x) / 32);
   if (w >= ts.tiles) return;  // the whole warp
-  const std::int64_t n = ts.n_local, stride = ts.shared_counters ? 1 : ts.tiles;
-  std::int32_t* ctr = ts.shared_counters ? tile_smem + std::int64_t(warp) * n : table + w;
+  const std::int64_t n = ts.n_local;
   if (ts.shared_counters)
     for (std::int64_t e = lane; e < n; e += 32) ctr[e] = table[e * ts.tiles + w];
   __syncwarp();
   const unsigned before_me = (1u << lane) - 1u;
-  const std::int64_t begin = w * ts.tile_len, end = begin + ts.tile_len < ts.pairs ? begin + ts.tile_len : ts.pairs;
   for (std::int64_t base = begin; base < end; base += 32) {
     const std::int64_t i = base + lane;
     const std::uint32_t key = pair_key(experts, ts, i, end);
