@@ -505,8 +505,14 @@ def mla_layer(b, c, p, moe):
     if not moe:
         b.mlp(p + "mlp", hidden, _req(c, "intermediate_size"))
         return
-    experts = int(c.get("n_routed_experts") or 256)
-    inter = int(c.get("moe_intermediate_size") or 2048)
+    deepseek_moe(b, c, p, hidden, int(c.get("n_routed_experts") or 256), int(c.get("moe_intermediate_size") or 2048))
+
+
+def deepseek_moe(b, c, p, hidden, experts, inter):
+    """A DeepSeek-style MoE block (DeepSeek-V3, GLM-4.5) under p + "mlp.": the router in the
+    checkpoint's dtype (as DeepSeek-V3 stores its gate; GLM-4.5's is not checked against the Hub's
+    index: a float32 gate would make it 147 MB larger), the float32 e_score_correction_bias, the
+    routed experts and the shared experts as one MLP. transformers keeps the router in fp32."""
     b.plain_tensor(p + "mlp.gate.weight", [experts, hidden])
     b.add(p + "mlp.gate.e_score_correction_bias", "F32", [experts], "bias0")
     for e in range(experts):
@@ -514,6 +520,22 @@ def mla_layer(b, c, p, moe):
     shared = int(c.get("n_shared_experts", 1) or 0)
     if shared:
         b.mlp(p + "mlp.shared_experts", hidden, shared * inter)
+
+
+def mtp_layers(b, c, prefix, layer):
+    """The multi-token-prediction layers of num_nextn_predict_layers, numbered on from
+    num_hidden_layers: embed_tokens, enorm, hnorm, eh_proj, a full decoder layer (`layer(p, i)`),
+    shared_head.norm and shared_head.head. Never read by layertap."""
+    hidden, vocab, layers = _req(c, "hidden_size"), _req(c, "vocab_size"), _req(c, "num_hidden_layers")
+    for i in range(layers, layers + int(c.get("num_nextn_predict_layers") or 0)):
+        p = f"{prefix}layers.{i}."
+        b.plain_tensor(p + "embed_tokens.weight", [vocab, hidden])
+        b.norm(p + "enorm", hidden)
+        b.norm(p + "hnorm", hidden)
+        b.linear(p + "eh_proj", hidden, 2 * hidden, quantizable=False)
+        layer(p, i)
+        b.norm(p + "shared_head.norm", hidden)
+        b.plain_tensor(p + "shared_head.head.weight", [vocab, hidden])
 
 
 def deepseek_text(b, c, prefix, lm_head):
@@ -531,15 +553,7 @@ def deepseek_text(b, c, prefix, lm_head):
     b.norm(prefix + "norm", hidden)
     if not c.get("tie_word_embeddings", False):
         b.plain_tensor(lm_head, [vocab, hidden])
-    for i in range(layers, layers + int(c.get("num_nextn_predict_layers") or 0)):
-        p = f"{prefix}layers.{i}."
-        b.plain_tensor(p + "embed_tokens.weight", [vocab, hidden])
-        b.norm(p + "enorm", hidden)
-        b.norm(p + "hnorm", hidden)
-        b.linear(p + "eh_proj", hidden, 2 * hidden, quantizable=False)
-        mla_layer(b, c, p, is_moe(i))
-        b.norm(p + "shared_head.norm", hidden)
-        b.plain_tensor(p + "shared_head.head.weight", [vocab, hidden])
+    mtp_layers(b, c, prefix, lambda p, i: mla_layer(b, c, p, is_moe(i)))
 
 
 def gqa_text(b, c, arch):
@@ -583,26 +597,13 @@ def glm4_moe_layer(b, c, p, moe):
     if not moe:
         b.mlp(p + "mlp", hidden, _req(c, "intermediate_size"))
         return
-    experts = _req(c, "n_routed_experts")
-    inter = _req(c, "moe_intermediate_size")
-    # The correction bias in float32, the router weight in the checkpoint's dtype (as DeepSeek-V3
-    # stores its gate and as the glm4_moe fixture holds it; not checked against the Hub's index: a
-    # float32 gate would make GLM-4.5 147 MB larger). transformers keeps both in fp32 either way.
-    b.plain_tensor(p + "mlp.gate.weight", [experts, hidden])
-    b.add(p + "mlp.gate.e_score_correction_bias", "F32", [experts], "bias0")
-    for e in range(experts):
-        b.mlp(f"{p}mlp.experts.{e}", hidden, inter)
-    shared = int(c.get("n_shared_experts", 1) or 0)
-    if shared:
-        b.mlp(p + "mlp.shared_experts", hidden, shared * inter)
+    deepseek_moe(b, c, p, hidden, _req(c, "n_routed_experts"), _req(c, "moe_intermediate_size"))
 
 
 def glm4_moe_text(b, c):
-    """Glm4MoeForCausalLM, its MTP layers (num_nextn_predict_layers) numbered on from
-    num_hidden_layers as GLM-4.5's model.layers.92: embed_tokens, enorm, hnorm, eh_proj, a full
-    decoder layer, shared_head.norm and shared_head.head. (GLM-4.5 and -Air store the MTP
-    embed_tokens and shared_head.head; GLM-4.6 leaves both out, sharing the main model's.)
-    transformers does not build the MTP layers and ignores their tensors on load."""
+    """Glm4MoeForCausalLM and its MTP layers (mtp_layers: GLM-4.5's model.layers.92). GLM-4.5 and
+    -Air store the MTP embed_tokens and shared_head.head; GLM-4.6 leaves both out, sharing the main
+    model's. transformers does not build the MTP layers and ignores their tensors on load."""
     hidden, vocab, layers = _req(c, "hidden_size"), _req(c, "vocab_size"), _req(c, "num_hidden_layers")
     k_dense = int(c.get("first_k_dense_replace", 1))
     b.plain_tensor("model.embed_tokens.weight", [vocab, hidden])
@@ -611,15 +612,7 @@ def glm4_moe_text(b, c):
     b.norm("model.norm", hidden)
     if not c.get("tie_word_embeddings", False):
         b.plain_tensor("lm_head.weight", [vocab, hidden])
-    for i in range(layers, layers + int(c.get("num_nextn_predict_layers") or 0)):
-        p = f"model.layers.{i}."
-        b.plain_tensor(p + "embed_tokens.weight", [vocab, hidden])
-        b.norm(p + "enorm", hidden)
-        b.norm(p + "hnorm", hidden)
-        b.linear(p + "eh_proj", hidden, 2 * hidden, quantizable=False)
-        glm4_moe_layer(b, c, p, i >= k_dense)
-        b.norm(p + "shared_head.norm", hidden)
-        b.plain_tensor(p + "shared_head.head.weight", [vocab, hidden])
+    mtp_layers(b, c, "model.", lambda p, i: glm4_moe_layer(b, c, p, i >= k_dense))
 
 
 def moonvit(b, v, text_hidden):
