@@ -75,14 +75,11 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
   l.layers = c.num_layers;
   l.vocab = c.vocab_size;
   l.head_dim = c.head_dim;
-  l.total_kv_heads = c.num_kv_heads;
   l.qkv_bias = c.qkv_bias;
   l.mlp_bias = c.mlp_bias;
   l.qk_norm = c.qk_norm;
-  l.rope_attention_factor = c.rope.type == RopeConfig::Type::Yarn ? float(c.rope.attention_factor) : 1.0f;
   l.prefix = c.tensor_prefix;
   l.tp_rank = s.rank;
-  l.tp_size = s.size;
   l.config = c;
   l.shard = s;
   if (c.mla) {
@@ -117,7 +114,6 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
   if (const auto* g = std::get_if<GqaSlices>(&first.attn)) {
     l.heads = g->heads;
     l.kv_heads = g->kv_heads;
-    l.first_kv_head = g->first_kv_head;
     l.o_bias = g->o.bias;
   } else {
     const MlaSlices& a = std::get<MlaSlices>(first.attn);

@@ -39,14 +39,11 @@ enum class PackedSource {
 struct LocalShape {
   std::int64_t hidden = 0, layers = 0, vocab = 0, head_dim = 0;  // head_dim: GQA's; MLA's rope dim
   std::int64_t heads = 0, kv_heads = 0, inter = 0;  // this rank's query heads, kv heads, dense intermediate size
-  std::int64_t total_kv_heads = 0;                  // the model's (kv heads are replicated when fewer than ranks)
-  std::int64_t first_kv_head = 0;                   // GQA: this rank's first kv head of the model's
   bool qkv_bias = false;   // q/k/v biases (Qwen2, Llama attention_bias)
   bool o_bias = false;     // o_proj bias, on TP rank 0 only (added once, before the all-reduce)
   bool mlp_bias = false;   // gate/up biases
   bool down_bias = false;  // down_proj bias, on TP rank 0 only
   bool qk_norm = false;    // Qwen3 per-head q/k RMSNorm
-  float rope_attention_factor = 1.0f;  // YaRN's factor on cos and sin; 1 otherwise
 
   // MLA (every layer when set): this rank's `heads` heads; q_lora 0 = q_proj on the hidden state.
   bool mla = false;
@@ -74,7 +71,7 @@ struct LocalShape {
   std::map<std::string, LinearStorage> packed;
   std::int64_t block_rows = 0, block_cols = 0, group = 0;
   std::string prefix;  // tensor-name prefix of the layers ("model.", "language_model.model.")
-  int tp_rank = 0, tp_size = 1;
+  int tp_rank = 0;
   // What the shape was made from: the rank layout that the device placement walks.
   ModelConfig config;
   TpShard shard;
