@@ -424,6 +424,9 @@ TEST(HfConfigMoe, ErrorsNameTheProblem) {
                   "input_activations"));
   EXPECT_TRUE(has(error_of(with(k25, R"("format": "pack-quantized")", R"("format": "float-quantized")")),
                   "format 'float-quantized'"));
+  // MLA rotates its whole rope dims: a partial factor is refused, as for every family but GLM-4.5.
+  EXPECT_TRUE(has(error_of(with(ds, R"("hidden_size")", R"("partial_rotary_factor": 0.5, "hidden_size")")),
+                  "partial_rotary_factor 0.5 is not supported for DeepseekV3ForCausalLM"));
   // Routing other than noaux_tc/sigmoid.
   EXPECT_TRUE(has(error_of(with(fp8, R"("topk_method": "noaux_tc")", R"("topk_method": "greedy")")),
                   "topk_method 'greedy'"));
