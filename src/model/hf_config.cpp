@@ -283,7 +283,7 @@ void parse_gemma3(const JsonFields& j, ModelConfig& c) {
   LT_CHECK(!j.has("attn_logit_softcapping"), j.where(), ": attn_logit_softcapping is not supported");
   LT_CHECK(!j.boolean_or("use_bidirectional_attention", false), j.where(),
            ": use_bidirectional_attention is not supported (layertap runs causal decoders)");
-  c.activation = ModelConfig::Activation::GeluTanh;
+  c.activation.kind = GatedActivation::Kind::GeluTanh;
   c.norm_weight_offset = 1;
   c.sandwich_norms = true;
   c.embed_scale = float(std::sqrt(double(c.hidden_size)));  // a float32 buffer in transformers

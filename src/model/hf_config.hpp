@@ -70,6 +70,15 @@ struct MoeConfig {
   MoeTensorNames names;
 };
 
+// The MLPs' gated activation, out = act(gate) * up: SiLU (SwiGLU) or gelu_pytorch_tanh (GeGLU);
+// or GPT-OSS's clamped SwiGLU, g = min(gate, limit), u = clamp(up, -limit, limit),
+// out = g * sigmoid(alpha * g) * (u + 1).
+struct GatedActivation {
+  enum class Kind { Silu, GeluTanh, ClampedSwiglu };
+  Kind kind = Kind::Silu;
+  float alpha = 0, limit = 0;  // ClampedSwiglu (GPT-OSS: swiglu_alpha 1.702, swiglu_limit 7)
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   int64_t hidden_size = 0;
@@ -103,8 +112,7 @@ struct ModelConfig {
   // output is multiplied by embed_scale.
   float norm_weight_offset = 0;
   bool sandwich_norms = false;
-  enum class Activation { Silu, GeluTanh };  // GeluTanh: gelu_pytorch_tanh (GeGLU)
-  Activation activation = Activation::Silu;
+  GatedActivation activation;  // every MLP's, dense and experts
   float embed_scale = 1;
   DType torch_dtype = DType::F32;
 

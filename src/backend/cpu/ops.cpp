@@ -35,8 +35,9 @@ void linear(const float* x, int64_t T, const Linear& l, float* y) {
       for (int64_t o = 0; o < l.out; ++o) y[t * l.out + o] += l.b[std::size_t(o)];
 }
 
-void gated_activation(const float* gate, const float* up, float* out, int64_t n, ModelConfig::Activation act) {
-  if (act == ModelConfig::Activation::Silu) {
+void gated_activation(const float* gate, const float* up, float* out, int64_t n, const GatedActivation& act) {
+  LT_CHECK(act.kind != GatedActivation::Kind::ClampedSwiglu, "cpu: the clamped SwiGLU is not implemented yet");
+  if (act.kind == GatedActivation::Kind::Silu) {
     for (int64_t i = 0; i < n; ++i) {
       const float g = gate[i];
       out[i] = (g / (1.0f + std::exp(-g))) * up[i];
@@ -81,7 +82,7 @@ void apply_yarn(const RopeConfig& cfg, int64_t dim, std::vector<float>& inv_freq
 
 }  // namespace
 
-void mlp(const MlpWeights& m, const float* x, int64_t T, float* y, ModelConfig::Activation act) {
+void mlp(const MlpWeights& m, const float* x, int64_t T, float* y, const GatedActivation& act) {
   std::vector<float> gate(std::size_t(T * m.gate.out)), up(std::size_t(T * m.up.out));  // [T, I_local]
   linear(x, T, m.gate, gate.data());
   linear(x, T, m.up, up.data());

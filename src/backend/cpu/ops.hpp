@@ -22,13 +22,11 @@ void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t co
 void linear(const float* x, int64_t T, const Linear& l, float* y);
 
 // out[i] = act(gate[i]) * up[i]: silu (SwiGLU) or PyTorch's tanh-approximated gelu (GeGLU).
-void gated_activation(const float* gate, const float* up, float* out, int64_t n,
-                      ModelConfig::Activation act = ModelConfig::Activation::Silu);
+void gated_activation(const float* gate, const float* up, float* out, int64_t n, const GatedActivation& act = {});
 
 // y [T, H] = down(act(gate(x)) * up(x)) for x [T, H], on whatever slice of the intermediate size
 // `m` holds (the caller all-reduces a sliced result).
-void mlp(const MlpWeights& m, const float* x, int64_t T, float* y,
-         ModelConfig::Activation act = ModelConfig::Activation::Silu);
+void mlp(const MlpWeights& m, const float* x, int64_t T, float* y, const GatedActivation& act = {});
 
 // Rotary embedding with default, llama3 or YaRN frequencies (YaRN also scales cos and sin by its
 // attention factor). Half-split layout (HF's rotate_half) pairs x[i] with x[i + d/2]; the

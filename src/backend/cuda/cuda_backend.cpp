@@ -412,7 +412,7 @@ void CudaBackend::mlp_block(const DeviceLayer& l, std::int64_t T) {
   const std::int64_t H = shape_.hidden, I = shape_.inter;
   gemm_->linear(w.gate_up, w.h, l.gate_up.w, l.gate_up.b, T, 2 * I, H, s);  // (T, 2I)
   kernels::swiglu(w.act, w.gate_up, T, I, s, nullptr,
-                  config_.activation == ModelConfig::Activation::GeluTanh);  // (T, I)
+                  config_.activation.kind == GatedActivation::Kind::GeluTanh);  // (T, I)
   gemm_->linear(w.delta, w.act, l.down.w, l.down.b, T, H, I, s);            // (T, H) partial sum
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
