@@ -11,6 +11,7 @@
 //   divided by (their sum + 1e-20) when norm_topk_prob, then times routed_scaling_factor.
 //   Qwen3-MoE (SoftmaxTopk): softmax over all experts; top_k; divided by their sum when
 //   norm_topk_prob.
+//   GPT-OSS (TopkSoftmax): top_k of the logits; softmax over those k (max and sum skip NaN).
 // Orders: larger first; among equal values the lower index first (as the CPU's top_k).
 // NaN comes after every number (-inf included), NaNs among themselves lower index first.
 #pragma once
@@ -26,7 +27,7 @@
 namespace layertap::kernels {
 
 struct RouteParams {
-  enum Kind : std::int32_t { SigmoidGroupedTopk = 0, SoftmaxTopk = 1 };
+  enum Kind : std::int32_t { SigmoidGroupedTopk = 0, SoftmaxTopk = 1, TopkSoftmax = 2 };
   std::int32_t kind = SoftmaxTopk;
   std::int32_t num_experts = 0, top_k = 0;
   std::int32_t n_group = 1, topk_group = 1;  // SigmoidGroupedTopk
@@ -101,6 +102,20 @@ LT_HD inline float route_weight(const RouteParams& p, float score, float sum) {
   return p.norm_topk_prob ? score / sum : score;
 }
 
+// TopkSoftmax's weights: w (k) holds the chosen logits and becomes their softmax, in float32 as
+// torch computes it (max, exp of the differences, their sum in order, division); the max and the
+// sum skip NaN, as SoftmaxTopk's.
+LT_HD inline void route_softmax_of_picks(float* w, std::int32_t k) {
+  float mx = -INFINITY;
+  for (std::int32_t j = 0; j < k; ++j) mx = w[j] > mx ? w[j] : mx;
+  float sum = 0.0f;
+  for (std::int32_t j = 0; j < k; ++j) {
+    w[j] = route_exp(w[j] - mx);
+    if (!route_isnan(w[j])) sum += w[j];
+  }
+  for (std::int32_t j = 0; j < k; ++j) w[j] /= sum;
+}
+
 // One token. `logits` (E) float32 is overwritten with the scores (sigmoid or softmax
 // probabilities); `choice` (E) is scratch; `bias` (E) is e_score_correction_bias (SigmoidGroupedTopk
 // only; may be null = 0). Writes experts[0..top_k) and weights[0..top_k).
@@ -121,6 +136,8 @@ LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice
         if (!route_group_kept(group_score, p.n_group, p.topk_group, g))
           for (std::int32_t e = g * per; e < (g + 1) * per; ++e) choice[e] = -INFINITY;
     }
+  } else if (p.kind == RouteParams::TopkSoftmax) {
+    choice = logits;  // ranked as they are; the softmax comes after the pick
   } else {
     // SoftmaxTopk. The max and the sum skip NaN, so one NaN logit leaves the other probabilities
     // as they are (its own is NaN, ranked last) instead of turning every one into NaN.
@@ -141,6 +158,10 @@ LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice
     experts[j] = prev;
     weights[j] = logits[prev];
     sum += weights[j];
+  }
+  if (p.kind == RouteParams::TopkSoftmax) {
+    route_softmax_of_picks(weights, k);
+    return;
   }
   for (std::int32_t j = 0; j < k; ++j) weights[j] = route_weight(p, weights[j], sum);
 }

@@ -724,18 +724,22 @@ def generate(out):
     first_late = len(MODELS) + len(moe_fixtures.MOE_MODELS)
     late = [make_model(name, first_late + j, out / "models" / name, golden) for j, name in enumerate(LATE_MODELS)]
     assert [m["index"] for m in late] == [15], "gemma3 is model number 15"
+    import gpt_oss_fixture  # GPT-OSS (MXFP4 experts), model number 16
+    gpt_oss = gpt_oss_fixture.make(sys.modules[__name__], 16, out / "models" / gpt_oss_fixture.NAME, golden)
 
     (out / "VERSIONS.json").write_text(json.dumps(vers, indent=2) + "\n")
     by_name = {m["name"]: m for m in late}
-    write_readme(out, vers, models + late, moe_fixtures.readme_section(moe) + gemma3_section(by_name["gemma3"]))
+    write_readme(out, vers, models + late, moe_fixtures.readme_section(moe) + gemma3_section(by_name["gemma3"])
+                 + gpt_oss_fixture.readme_section(gpt_oss))
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out} ({total / 2**20:.2f} MiB)")
 
 
 def generate_only(out, names):
     """generate() in a temporary directory; copy models/<name> of `names`, README.md and VERSIONS.json to `out`."""
+    import gpt_oss_fixture
     import moe_fixtures
-    known = list(MODELS) + list(moe_fixtures.MOE_MODELS) + list(LATE_MODELS)
+    known = list(MODELS) + list(moe_fixtures.MOE_MODELS) + list(LATE_MODELS) + [gpt_oss_fixture.NAME]
     unknown = [n for n in names if n not in known]
     if unknown:
         sys.exit(f"unknown fixture(s) {unknown}; known: {known}")

@@ -11,8 +11,11 @@ namespace layertap {
 
 inline kernels::RouteParams route_params(const MoeConfig& m) {
   kernels::RouteParams p;
-  p.kind = m.routing == MoeConfig::Routing::SigmoidGroupedTopk ? kernels::RouteParams::SigmoidGroupedTopk
-                                                               : kernels::RouteParams::SoftmaxTopk;
+  switch (m.routing) {
+    case MoeConfig::Routing::SigmoidGroupedTopk: p.kind = kernels::RouteParams::SigmoidGroupedTopk; break;
+    case MoeConfig::Routing::SoftmaxTopk: p.kind = kernels::RouteParams::SoftmaxTopk; break;
+    case MoeConfig::Routing::TopkSoftmax: p.kind = kernels::RouteParams::TopkSoftmax; break;
+  }
   p.num_experts = std::int32_t(m.num_experts);
   p.top_k = std::int32_t(m.experts_per_token);
   p.n_group = std::int32_t(m.n_group);

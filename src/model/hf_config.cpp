@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 enum class Attention { Gqa, Mla };
-enum class Ffn { Dense, Qwen3Moe, MixtralMoe, DeepseekMoe, Glm4Moe };
+enum class Ffn { Dense, Qwen3Moe, MixtralMoe, DeepseekMoe, Glm4Moe, GptOssMoe };
 // Which GQA projections carry biases.
 enum class Bias {
   QkvO,       // all four when attention_bias (Llama, Mistral, Qwen3, Mixtral)
@@ -58,6 +58,7 @@ constexpr Family kFamilies[] = {
      .text_config = true},
     {.architecture = "Gemma3ForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Dense, .qk_norm = QkNorm::Always,
      .gemma3 = true},
+    {.architecture = "GptOssForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::GptOssMoe},
 };
 
 // Bounds far beyond any released model, tight enough that every product of sizes the loader and
@@ -273,6 +274,54 @@ void parse_mixtral_moe(const JsonFields& j, ModelConfig& c) {
   check_expert_modules(j, c);
 }
 
+// Which layers are sliding: layer_types ("sliding_attention" / "full_attention"), else every
+// `every`-th layer full (the others sliding).
+std::vector<bool> sliding_layers(const JsonFields& j, int64_t layers, int64_t every) {
+  std::vector<bool> sliding(std::size_t(layers));
+  if (!j.has("layer_types")) {
+    for (int64_t i = 0; i < layers; ++i) sliding[std::size_t(i)] = (i + 1) % every != 0;
+    return sliding;
+  }
+  const json& types = j.array("layer_types");
+  LT_CHECK(int64_t(types.size()) == layers, j.where(), ": layer_types lists ", types.size(), " layers, ",
+           "num_hidden_layers is ", layers);
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
+    LT_CHECK(t == "sliding_attention" || t == "full_attention", j.where(), ": layer_types[", i, "] must be "
+             "'sliding_attention' or 'full_attention'");
+    sliding[i] = t == "sliding_attention";
+  }
+  return sliding;
+}
+
+// GPT-OSS (GptOssConfig): every layer MoE, num_local_experts experts of intermediate_size stacked
+// in MXFP4, the top-k of the router's logits (it has a bias) softmaxed, expert biases and the
+// clamped SwiGLU; attention with sinks and q/k/v/o biases (attention_bias); sliding layers by
+// layer_types (default: every other, from the first) with a window of sliding_window.
+void parse_gpt_oss(const JsonFields& j, ModelConfig& c) {
+  LT_CHECK(j.has("rope_scaling") || j.has("rope_parameters"), j.where(),
+           ": GPT-OSS needs its rope settings (rope_scaling or rope_parameters; the published configs give YaRN)");
+  MoeConfig m;
+  m.routing = MoeConfig::Routing::TopkSoftmax;
+  m.num_experts = j.integer_or("num_local_experts", 128, 1, kMaxExperts);
+  m.experts_per_token = j.integer_or("num_experts_per_tok", 4, 1, kMaxExperts);
+  m.expert_intermediate_size = c.intermediate_size;
+  m.router_bias = m.expert_bias = true;
+  m.names = {.block = "mlp.", .router = "router", .gate = "gate_up_proj", .up = "", .down = "down_proj",
+             .stacked = true};
+  LT_CHECK(m.experts_per_token <= m.num_experts, j.where(), ": num_experts_per_tok ", m.experts_per_token,
+           " exceeds num_local_experts ", m.num_experts);
+  c.moe_layers.assign(std::size_t(c.num_layers), true);
+  c.moe = m;
+  check_expert_modules(j, c);
+  c.attention_sinks = true;
+  c.activation = {GatedActivation::Kind::ClampedSwiglu, float(j.number_or("swiglu_alpha", 1.702, kPositive)),
+                  float(j.number_or("swiglu_limit", 7.0, kPositive))};
+  const int64_t window = j.integer_or("sliding_window", 128, 1, kMaxPositions);
+  const std::vector<bool> sliding = sliding_layers(j, c.num_layers, 2);
+  for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_window[std::size_t(i)] = sliding[std::size_t(i)] ? window : 0;
+}
+
 // Gemma-3 text (Gemma3TextConfig): layer_types (else every sliding_window_pattern-th layer full)
 // with a window of sliding_window; full layers take rope_theta with rope_scaling, sliding ones the
 // default rope at rope_local_base_freq (or each layer type's dict under rope_parameters).
@@ -289,21 +338,8 @@ void parse_gemma3(const JsonFields& j, ModelConfig& c) {
   c.embed_scale = float(std::sqrt(double(c.hidden_size)));  // a float32 buffer in transformers
   c.query_pre_attn_scalar = j.number_or("query_pre_attn_scalar", 256, kPositive);
   const int64_t window = j.integer_or("sliding_window", 4096, 1, kMaxPositions);
-  std::vector<bool> sliding(std::size_t(c.num_layers));
-  if (j.has("layer_types")) {
-    const json& types = j.array("layer_types");
-    LT_CHECK(int64_t(types.size()) == c.num_layers, j.where(), ": layer_types lists ", types.size(), " layers, ",
-             "num_hidden_layers is ", c.num_layers);
-    for (std::size_t i = 0; i < types.size(); ++i) {
-      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
-      LT_CHECK(t == "sliding_attention" || t == "full_attention", j.where(), ": layer_types[", i, "] must be "
-               "'sliding_attention' or 'full_attention'");
-      sliding[i] = t == "sliding_attention";
-    }
-  } else {
-    const int64_t pattern = j.integer_or("sliding_window_pattern", 6, 1, kMaxLayers);
-    for (int64_t i = 0; i < c.num_layers; ++i) sliding[std::size_t(i)] = (i + 1) % pattern != 0;
-  }
+  const std::vector<bool> sliding =
+      sliding_layers(j, c.num_layers, j.integer_or("sliding_window_pattern", 6, 1, kMaxLayers));
   RopeConfig global, local;
   const json* per_type = j.raw().contains("rope_parameters") && j.raw()["rope_parameters"].is_object() &&
                                  j.raw()["rope_parameters"].contains("full_attention")
@@ -402,11 +438,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     case Ffn::MixtralMoe: parse_mixtral_moe(j, c); break;
     case Ffn::DeepseekMoe: parse_deepseek_moe(j, c, kDeepseekV3Defaults); break;
     case Ffn::Glm4Moe: parse_deepseek_moe(j, c, kGlm4MoeDefaults); break;
+    case Ffn::GptOssMoe: break;  // parse_gpt_oss, with the layers' windows
   }
 
   c.sliding_window.assign(std::size_t(c.num_layers), 0);
   c.layer_rope.assign(std::size_t(c.num_layers), c.rope);
-  if (family.gemma3) {
+  if (family.ffn == Ffn::GptOssMoe) {
+    parse_gpt_oss(j, c);
+  } else if (family.gemma3) {
     parse_gemma3(j, c);
   } else if (family.mistral_window) {
     c.sliding_window.assign(std::size_t(c.num_layers), j.integer_or("sliding_window", 0, 0, kMaxPositions));

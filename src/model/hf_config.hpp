@@ -46,17 +46,22 @@ struct MlaConfig {
 };
 
 // Where a MoE block's tensors are, under the layer's prefix ("model.layers.3."): the router
-// `block`gate.weight, routed expert E's projections `block`experts.E.<gate|up|down>, the shared
+// `block``router`.weight, routed expert E's projections `block`experts.E.<gate|up|down>, the shared
 // experts `block`shared_experts.<gate_proj|up_proj|down_proj>.
+// GPT-OSS stacks the routed experts: `block`router.weight/bias, and for all experts one
+// `block`experts.gate_up_proj (gate and up rows interleaved) and one `block`experts.down_proj.
 struct MoeTensorNames {
   std::string block = "mlp.";                                  // Mixtral: "block_sparse_moe."
+  std::string router = "gate";                                 // GPT-OSS: "router"
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj";  // Mixtral: w1, w3, w2
+  bool stacked = false;                                        // GPT-OSS
 };
 
 struct MoeConfig {
   enum class Routing {
     SigmoidGroupedTopk,  // DeepSeek noaux_tc (also GLM-4.5): sigmoid, bias for selection, group-limited top-k
     SoftmaxTopk,         // Qwen3-MoE, Mixtral (renormalised)
+    TopkSoftmax,         // GPT-OSS: the top-k of the logits, softmax over those k
   };
   Routing routing = Routing::SoftmaxTopk;
   int64_t num_experts = 0;
@@ -66,7 +71,9 @@ struct MoeConfig {
   int64_t n_group = 1, topk_group = 1;
   bool norm_topk_prob = false;
   double routed_scaling_factor = 1.0;
-  bool score_bias = false;  // e_score_correction_bias present
+  bool score_bias = false;   // e_score_correction_bias present
+  bool router_bias = false;  // the router Linear has a bias (GPT-OSS)
+  bool expert_bias = false;  // the routed experts' projections have biases (GPT-OSS)
   MoeTensorNames names;
 };
 
@@ -102,6 +109,9 @@ struct ModelConfig {
   bool o_bias = false;
   bool mlp_bias = false;   // Llama mlp_bias
   bool qk_norm = false;    // Qwen3, GLM-4.5 use_qk_norm: per-head RMSNorm on q and k before RoPE
+  // GPT-OSS: self_attn.sinks [heads], one logit per head that joins each row's softmax (and takes
+  // probability mass, attending to nothing).
+  bool attention_sinks = false;
   std::vector<int64_t> sliding_window;  // [L] per layer; 0 = full causal attention
   // GQA scores are scaled by query_pre_attn_scalar^-0.5 when set (Gemma-3), else head_dim^-0.5.
   double query_pre_attn_scalar = 0;

@@ -296,8 +296,16 @@ QuantConfig parse_quant_config(const json& q, const std::string& src) {
   const std::string method = fields.string_or("quant_method", "");
   if (method == "fp8") return parse_fp8(fields);
   if (method == "compressed-tensors") return parse_compressed_tensors(fields);
+  if (method == "mxfp4") {
+    // GPT-OSS: which tensors are MXFP4 is the layout's (its stacked experts); modules_to_not_convert
+    // names the rest, which are read plain.
+    QuantConfig c;
+    c.method = QuantConfig::Method::Mxfp4;
+    c.group_size = 32;
+    return c;
+  }
   LT_FAIL(fields.where(), ": quant_method '", excerpt(method), "' is not supported (supported: fp8 with "
-          "weight_block_size, compressed-tensors pack-quantized int4)");
+          "weight_block_size, compressed-tensors pack-quantized int4, mxfp4)");
 }
 
 bool QuantConfig::int4_packed(const std::string& module) const {
@@ -309,6 +317,7 @@ std::string QuantConfig::describe() const {
     case Method::None: return "none";
     case Method::Fp8Block: return cat("fp8 e4m3 blocks [", block_rows, ", ", block_cols, "]");
     case Method::Int4Group: return cat("int4 groups of ", group_size, " (compressed-tensors pack-quantized)");
+    case Method::Mxfp4: return "mxfp4 (e2m1 in groups of 32, e8m0 scales)";
   }
   return "?";
 }

@@ -4,6 +4,9 @@
 //     per weight_block_size block; which modules are FP8 is read from the file (dtype of X.weight).
 //   compressed-tensors `pack-quantized` symmetric int4 groups: `X.weight_packed`, `X.weight_scale`,
 //     `X.weight_shape` for every Linear that a config group targets and `ignore` does not name.
+//   MXFP4 (`quant_method: mxfp4`, GPT-OSS): the routed experts, stacked over experts, as
+//     `X_blocks` uint8 [E, out, in/32, 16] (e2m1 codes, two per byte) and `X_scales` uint8
+//     [E, out, in/32] (e8m0 exponents); every other tensor plain.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -37,10 +40,10 @@ class ModuleMatcher {
 };
 
 struct QuantConfig {
-  enum class Method { None, Fp8Block, Int4Group };
+  enum class Method { None, Fp8Block, Int4Group, Mxfp4 };
   Method method = Method::None;
   int64_t block_rows = 0, block_cols = 0;  // Fp8Block: weight_block_size [out, in]
-  int64_t group_size = 0;                  // Int4Group: along the input dim
+  int64_t group_size = 0;                  // Int4Group, Mxfp4 (32): along the input dim
   std::vector<std::string> targets;        // Int4Group: "Linear" or "re:<regex>"
   std::vector<std::string> ignore;         // Int4Group: module names or "re:<regex>"
   ModuleMatcher target_match, ignore_match;  // the two lists, compiled

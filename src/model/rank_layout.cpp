@@ -45,6 +45,21 @@ MlpSlices mlp(const ModelConfig& c, const TpShard& s, const std::string& base, i
           cols_of(down, H, inter, i0, local, bias, s)};
 }
 
+// Routed expert `e` of GPT-OSS's stacked tensors: gate/up interleaved in one Linear [2I, H] (this
+// rank's intermediate indices are 2 rows each, contiguous), down [H, I]; all with biases.
+MlpSlices stacked_expert(const ModelConfig& c, const TpShard& s, const std::string& block, int64_t e, bool sliced) {
+  const MoeConfig& m = *c.moe;
+  const int64_t H = c.hidden_size, inter = m.expert_intermediate_size;
+  const std::string gate_up = block + "experts." + m.names.gate, down = block + "experts." + m.names.down;
+  const int64_t local = sliced ? inter / s.size : inter, i0 = sliced ? s.rank * local : 0;
+  MlpSlices x;
+  x.gate = sliced ? rows_of(gate_up, 2 * inter, H, 2 * i0, 2 * local, m.expert_bias)
+                  : whole(gate_up, 2 * inter, H, m.expert_bias);
+  x.down = sliced ? cols_of(down, H, inter, i0, local, m.expert_bias, s) : whole(down, H, inter, m.expert_bias);
+  x.gate.expert = x.down.expert = e;
+  return x;
+}
+
 GqaSlices gqa(const ModelConfig& c, const TpShard& s, const std::string& p) {
   const int64_t H = c.hidden_size, hd = c.head_dim;
   GqaSlices a;
@@ -60,6 +75,7 @@ GqaSlices gqa(const ModelConfig& c, const TpShard& s, const std::string& p) {
     a.q_norm = VectorSlice{p + "self_attn.q_norm.weight", hd};
     a.k_norm = VectorSlice{p + "self_attn.k_norm.weight", hd};
   }
+  if (c.attention_sinks) a.sinks = VectorSlice{p + "self_attn.sinks", a.heads, s.rank * a.heads, c.num_heads};
   return a;
 }
 
@@ -87,17 +103,19 @@ MoeSlices moe(const ModelConfig& c, const TpShard& s, const std::string& p) {
   const MoeConfig& m = *c.moe;
   const std::string block = p + m.names.block;
   MoeSlices e;
-  e.router = block + "gate.weight";
+  e.router = block + m.names.router + ".weight";
+  if (m.router_bias) e.router_bias = block + m.names.router + ".bias";
   e.experts = m.num_experts;
   // Required, never defaulted: a checkpoint without it would route with a zero bias silently.
-  if (m.score_bias) e.score_bias = block + "gate.e_score_correction_bias";
+  if (m.score_bias) e.score_bias = block + m.names.router + ".e_score_correction_bias";
   const bool whole_experts = s.moe_split == MoeSplit::Experts;
   const int64_t count = whole_experts ? m.num_experts / s.size : m.num_experts;
   e.first_expert = whole_experts ? s.rank * count : 0;
   e.routed.reserve(std::size_t(count));
   for (int64_t x = e.first_expert; x < e.first_expert + count; ++x)
-    e.routed.push_back(
-        mlp(c, s, cat(block, "experts.", x, "."), m.expert_intermediate_size, !whole_experts, false, m.names));
+    e.routed.push_back(m.names.stacked ? stacked_expert(c, s, block, x, !whole_experts)
+                                       : mlp(c, s, cat(block, "experts.", x, "."), m.expert_intermediate_size,
+                                             !whole_experts, m.expert_bias, m.names));
   if (m.num_shared_experts > 0)
     e.shared = mlp(c, s, block + "shared_experts.", m.expert_intermediate_size * m.num_shared_experts, true, false);
   return e;

@@ -43,21 +43,33 @@ struct LinearSlice {
   // The rank holds `module`.bias: the window's rows of it, or for a row-parallel Linear all of it
   // on rank 0 only (the bias is added once, after the all-reduce).
   bool bias = false;
+  // Stacked experts (GPT-OSS): `module` holds every expert, [E, out_full, in_full], and this is
+  // expert `expert`'s matrix (its bias row `expert` of `module`_bias [E, out_full]); -1: a module
+  // of its own.
+  std::int64_t expert = -1;
 
   std::int64_t rows() const { return win.rows; }
   std::int64_t cols() const { return win.cols; }
   std::int64_t bias_values() const { return bias ? (split == Split::Row ? out_full : win.rows) : 0; }
 };
 
-// A whole 1-D tensor every rank holds (norm weights): `tensor` [size].
+// A 1-D tensor: the whole of `tensor` [size] (norm weights), or the window [first, first + size)
+// of `tensor` [full] (attention sinks, a rank's heads').
 struct VectorSlice {
   std::string tensor;
   std::int64_t size = 0;
+  std::int64_t first = 0, full = 0;  // full 0: the whole tensor
+  std::int64_t full_size() const { return full > 0 ? full : size; }
 };
 
-// A SwiGLU MLP: gate and up column-parallel, down row-parallel (or all three whole).
+// A gated MLP: gate and up column-parallel, down row-parallel (or all three whole). GPT-OSS's
+// experts store gate and up as one Linear [2I, H] with gate rows at even and up rows at odd
+// indices: `gate` is then that Linear's window (2 rows per intermediate index of the slice) and
+// `up` is empty.
 struct MlpSlices {
   LinearSlice gate, up, down;
+  bool interleaved() const { return up.module.empty(); }
+  std::int64_t intermediate() const { return interleaved() ? gate.rows() / 2 : gate.rows(); }  // this rank's
 };
 
 // Grouped-query attention. Fewer kv heads than ranks: each kv head is replicated on
@@ -67,6 +79,7 @@ struct GqaSlices {
   std::int64_t first_kv_head = 0;        // of the model's kv heads
   LinearSlice q, k, v, o;                // q: [heads*hd, H], k/v: [kv_heads*hd, H], o: [H, heads*hd]
   std::optional<VectorSlice> q_norm, k_norm;  // [hd] (Qwen3)
+  std::optional<VectorSlice> sinks;           // [heads] of self_attn.sinks [num_heads] (GPT-OSS)
 };
 
 // Multi-head latent attention: heads split (q_b or q_proj and kv_b by head rows, o_proj by head
@@ -87,6 +100,7 @@ struct MlaSlices {
 // intermediate slice) and the shared experts as one intermediate-sliced MLP.
 struct MoeSlices {
   std::string router;                     // `router` [experts, H], float32 logits as transformers
+  std::optional<std::string> router_bias;  // [experts] (GPT-OSS)
   std::int64_t experts = 0;               // the model's routed experts
   std::optional<std::string> score_bias;  // e_score_correction_bias [experts]
   std::int64_t first_expert = 0;          // routed[i] is expert first_expert + i
@@ -105,7 +119,7 @@ struct LayerSlices {
   // Every Linear of the layer in checkpoint order (attention, then the MLP or the experts).
   template <class F>
   void for_each_linear(F&& f) const;
-  // Every norm weight of the layer (the layer's, q/k or latent norms).
+  // Every 1-D weight of the layer but the MoE router's (the layer's, q/k or latent norms, sinks).
   template <class F>
   void for_each_vector(F&& f) const;
 };
@@ -136,7 +150,9 @@ void LayerSlices::for_each_linear(F&& f) const {
     for (const LinearSlice* l : {&m.kv_a, &m.kv_b, &m.o}) f(*l);
   }
   const auto mlp = [&](const MlpSlices& m) {
-    for (const LinearSlice* l : {&m.gate, &m.up, &m.down}) f(*l);
+    f(m.gate);
+    if (!m.interleaved()) f(m.up);
+    f(m.down);
   };
   if (const auto* d = std::get_if<MlpSlices>(&ffn)) {
     mlp(*d);
@@ -153,7 +169,7 @@ void LayerSlices::for_each_vector(F&& f) const {
   for (const auto* v : {&post_attn_norm, &post_ffn_norm})
     if (*v) f(**v);
   if (const auto* g = std::get_if<GqaSlices>(&attn)) {
-    for (const auto* v : {&g->q_norm, &g->k_norm})
+    for (const auto* v : {&g->q_norm, &g->k_norm, &g->sinks})
       if (*v) f(**v);
   } else {
     const MlaSlices& m = std::get<MlaSlices>(attn);

@@ -151,6 +151,16 @@ std::uint64_t window_read_calls() { return g_read_calls.load(); }
 void check_window_values(const StoredWindow& w, int64_t r0, const std::byte* p, std::size_t n, ValueRule rule) {
   if (rule == ValueRule::None) return;
   const DType d = w.tensor->dtype;
+  if (rule == ValueRule::ExponentScale) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (std::uint8_t(p[i]) == 0xffu) {
+        const TensorInfo& t = *w.tensor;
+        LT_FAIL("tensor '", t.name, "' in '", t.file, "' holds the e8m0 scale code 255 (NaN) in row ",
+                w.row0 + r0 + int64_t(i) / w.width, ", scale ", (w.byte0 + int64_t(i) % w.width),
+                " of the row: MXFP4 scales must be finite (a damaged download?)");
+      }
+    return;
+  }
   // The common cases first, one compare per value; the slow loop below finds the culprit.
   if (rule == ValueRule::Finite) {
     bool ok = true;

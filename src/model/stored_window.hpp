@@ -50,7 +50,8 @@ std::uint64_t window_read_calls();
 enum class ValueRule : std::uint8_t {
   Finite,         // float weights, norms, biases (float32, float16, bfloat16); FP8 codes (0x7f/0xff are NaN)
   PositiveScale,  // FP8 weight_scale_inv, INT4 weight_scale: finite and > 0
-  None,           // INT4 words: every bit pattern decodes
+  None,           // INT4 words, MXFP4 codes: every bit pattern decodes
+  ExponentScale,  // MXFP4 e8m0 scales (uint8): every code but 0xff, e8m0's NaN
 };
 
 // The rule for `w.tensor`'s dtype: checks the `n` values at `p`, which are rows [r0, ...) of window

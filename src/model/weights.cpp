@@ -18,6 +18,10 @@ class SliceCheck {
   void operator()(const LinearSlice& l) const {
     if (l.split == Split::Column) rows(l.module, l.rows());
     if (l.split == Split::Row) cols(l.module, l.cols());
+    if (l.split == Split::Row && l.expert >= 0 && c_.quant.method == QuantConfig::Method::Mxfp4)
+      LT_CHECK(l.cols() % 32 == 0, "tensor parallel size ", s_.size, " gives ", l.module, " slices of ", l.cols(),
+               " input columns, which do not align with its MXFP4 groups of 32 (--moe-split experts keeps "
+               "experts whole)");
   }
 
  private:
@@ -51,10 +55,12 @@ class ShardLoader {
     Linear l;
     l.out = s.rows();
     l.in = s.cols();
-    l.w = reader_.read(s.module, s.out_full, s.in_full, s.win);
+    l.w = reader_.read(s.module, s.out_full, s.in_full, s.win, s.expert);
     if (s.bias) {
-      // Column-parallel and whole: the window's rows of the bias; row-parallel: all of it.
-      std::vector<float> b = ck_.read(s.module + ".bias", {s.out_full});
+      // Column-parallel and whole: the window's rows of the bias; row-parallel: all of it. A stacked
+      // expert's bias is its row of `module`_bias [E, out].
+      std::vector<float> b = s.expert < 0 ? ck_.read(s.module + ".bias", {s.out_full})
+                                          : stacked_row(s.module + "_bias", s.expert, s.out_full);
       if (s.split == Split::Row)
         l.b = std::move(b);
       else
@@ -62,11 +68,31 @@ class ShardLoader {
     }
     return l;
   }
-  std::vector<float> vector(const VectorSlice& v) const { return ck_.read(v.tensor, {v.size}); }
+  std::vector<float> vector(const VectorSlice& v) const {
+    std::vector<float> all = ck_.read(v.tensor, {v.full_size()});
+    return {all.begin() + v.first, all.begin() + v.first + v.size};
+  }
   std::vector<float> vector(const std::optional<VectorSlice>& v) const { return v ? vector(*v) : std::vector<float>{}; }
   Linear linear(const std::optional<LinearSlice>& s) const { return s ? linear(*s) : Linear{}; }
 
-  MlpWeights mlp(const MlpSlices& m) const { return {linear(m.gate), linear(m.up), linear(m.down)}; }
+  // Interleaved gate/up (GPT-OSS) read as stored, then split: gate the even rows, up the odd.
+  MlpWeights mlp(const MlpSlices& m) const {
+    if (!m.interleaved()) return {linear(m.gate), linear(m.up), linear(m.down)};
+    const Linear both = linear(m.gate);  // [2 I, H]
+    MlpWeights w;
+    for (int64_t half = 0; half < 2; ++half) {
+      Linear& l = half == 0 ? w.gate : w.up;
+      l.out = both.out / 2;
+      l.in = both.in;
+      l.w.resize(std::size_t(l.out * l.in));
+      for (int64_t r = 0; r < l.out; ++r)
+        std::copy_n(both.w.begin() + (2 * r + half) * l.in, l.in, l.w.begin() + r * l.in);
+      if (!both.b.empty())
+        for (int64_t r = 0; r < l.out; ++r) l.b.push_back(both.b[std::size_t(2 * r + half)]);
+    }
+    w.down = linear(m.down);
+    return w;
+  }
 
   AttentionWeights gqa(const GqaSlices& s) const {
     AttentionWeights a;
@@ -78,6 +104,7 @@ class ShardLoader {
     a.o = linear(s.o);
     a.q_norm = vector(s.q_norm);
     a.k_norm = vector(s.k_norm);
+    a.sinks = vector(s.sinks);
     return a;
   }
 
@@ -100,6 +127,7 @@ class ShardLoader {
     w.router.out = s.experts;
     w.router.in = hidden;
     w.router.w = ck_.read(s.router, {s.experts, hidden});
+    if (s.router_bias) w.router.b = ck_.read(*s.router_bias, {s.experts});
     if (s.score_bias) w.score_bias = ck_.read(*s.score_bias, {s.experts});
     w.first_expert = s.first_expert;
     w.experts.reserve(s.routed.size());
@@ -112,6 +140,14 @@ class ShardLoader {
   }
 
  private:
+  // Row `row` of the 2-D float tensor `name` [rows, width].
+  std::vector<float> stacked_row(const std::string& name, int64_t row, int64_t width) const {
+    const TensorInfo& t = ck_.info(name);
+    LT_CHECK(t.shape.size() == 2 && t.shape[0] > row && t.shape[1] == width, "tensor '", name, "' in '", t.file,
+             "' has shape ", shape_str(t.shape), ", expected [E > ", row, ", ", width, "]");
+    return ck_.read_rows(name, t.shape, row, 1);
+  }
+
   const Checkpoint& ck_;
   const LinearReader reader_;
 };
@@ -167,7 +203,8 @@ int64_t host_weight_bytes(const ModelConfig& c, const TpShard& s) {
     ls.for_each_vector([&](const VectorSlice& v) { n += double(v.size); });
     ls.for_each_linear(linear);
     if (const auto* e = std::get_if<MoeSlices>(&ls.ffn))
-      n += double(e->experts) * double(c.hidden_size) + (e->score_bias ? double(e->experts) : 0);
+      n += double(e->experts) * double(c.hidden_size) + (e->score_bias ? double(e->experts) : 0) +
+           (e->router_bias ? double(e->experts) : 0);
   }
   const double bytes = n * double(sizeof(float));
   return bytes < 0x1p62 ? int64_t(bytes) : int64_t(1) << 62;

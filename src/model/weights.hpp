@@ -23,6 +23,7 @@ struct AttentionWeights {
   int64_t heads = 0, kv_heads = 0;  // local counts
   Linear q, k, v, o;                // q: [heads*hd, H], k/v: [kv_heads*hd, H], o: [H, heads*hd]
   std::vector<float> q_norm, k_norm;  // [hd] (Qwen3) or empty
+  std::vector<float> sinks;           // [heads] (GPT-OSS) or empty
 };
 
 // Multi-head latent attention on this rank's heads (qk = nope + rope dims per head).
@@ -43,7 +44,7 @@ struct MlpWeights {
 };
 
 struct MoeWeights {
-  Linear router;                  // [E, H], replicated (float32 logits, as transformers)
+  Linear router;                  // [E, H] (+ bias [E], GPT-OSS), replicated (float32 logits, as transformers)
   std::vector<float> score_bias;  // [E] e_score_correction_bias, or empty
   int64_t first_expert = 0;       // experts[i] is expert first_expert + i
   std::vector<MlpWeights> experts;  // this rank's experts (whole or intermediate slices)

@@ -183,6 +183,45 @@ TEST(HfConfigMoe, Glm4MoeIsARowOfParameters) {
                   "partial_rotary_factor 0.5 is not supported for LlamaForCausalLM"));
 }
 
+// GPT-OSS: every layer MoE with stacked experts of intermediate_size, the top-k of the logits
+// softmaxed (router bias), expert biases, the clamped SwiGLU, sinks, q/k/v/o biases, sliding and
+// full layers (every other by default, from the first), the rope settings required.
+TEST(HfConfigMoe, GptOssIsARowOfParameters) {
+  const std::string gpt_oss = R"({
+    "architectures": ["GptOssForCausalLM"], "hidden_size": 64, "intermediate_size": 128, "head_dim": 16,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 160,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 8, "attention_bias": true,
+    "swiglu_limit": 1.0, "hidden_act": "silu", "rope_theta": 150000.0,
+    "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
+                     "original_max_position_embeddings": 64},
+    "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}})";
+  const ModelConfig c = parse_model_config(gpt_oss, "c");
+  ASSERT_TRUE(c.moe.has_value());
+  EXPECT_EQ(c.moe_layers, std::vector<bool>(4, true));
+  EXPECT_EQ(c.moe->routing, MoeConfig::Routing::TopkSoftmax);
+  EXPECT_EQ(c.moe->num_experts, 8);
+  EXPECT_EQ(c.moe->experts_per_token, 2);
+  EXPECT_EQ(c.moe->expert_intermediate_size, 128);
+  EXPECT_TRUE(c.moe->router_bias && c.moe->expert_bias && c.moe->names.stacked);
+  EXPECT_EQ(c.moe->names.router, "router");
+  EXPECT_TRUE(c.attention_sinks);
+  EXPECT_TRUE(c.qkv_bias && c.o_bias);
+  EXPECT_EQ(c.activation.kind, GatedActivation::Kind::ClampedSwiglu);
+  EXPECT_FLOAT_EQ(c.activation.alpha, 1.702f);  // transformers' default
+  EXPECT_FLOAT_EQ(c.activation.limit, 1.0f);
+  EXPECT_EQ(c.sliding_window, (std::vector<int64_t>{8, 0, 8, 0}));
+  EXPECT_EQ(c.rope.type, RopeConfig::Type::Yarn);
+  EXPECT_FALSE(c.rope.truncate);
+  EXPECT_EQ(c.quant.method, QuantConfig::Method::Mxfp4);
+  EXPECT_EQ(parse_model_config(with(gpt_oss, R"("sliding_window": 8,)",
+                                    R"("sliding_window": 8, "layer_types": ["full_attention", "sliding_attention",
+                                       "sliding_attention", "full_attention"],)"), "c")
+                .sliding_window, (std::vector<int64_t>{0, 8, 8, 0}));
+  EXPECT_TRUE(has(error_of(with(gpt_oss, R"("rope_scaling")", R"("no_rope_scaling")")), "GPT-OSS needs its rope"));
+  EXPECT_TRUE(has(error_of(with(gpt_oss, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)")),
+                  "num_experts_per_tok 9 exceeds num_local_experts 8"));
+}
+
 TEST(HfConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of(with(kLlama, "LlamaForCausalLM", "GPT2LMHeadModel")).find("unsupported architecture 'GPT2LMHeadModel'"),
             std::string::npos);

@@ -68,7 +68,8 @@ void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, c
   const cpu::KeyRows values = cpu::with_kept_rows(kept.v, v.data(), batch, a.v.out);
   std::vector<float> ctx(std::size_t(T * a.q.out));  // [T, heads*hd]
   cpu::causal_attention(q.data(), offsets, keys.rows, values.rows, keys.offsets, ctx.data(),
-                        {a.heads, a.kv_heads, hd, hd, c_.attention_scale(), window});
+                        {a.heads, a.kv_heads, hd, hd, c_.attention_scale(), window,
+                         a.sinks.empty() ? nullptr : a.sinks.data()});
   kept.k = cpu::rows_to_keep(keys, batch, a.k.out);
   kept.v = cpu::rows_to_keep(values, batch, a.v.out);
   cpu::linear(ctx.data(), T, a.o, out);  // [T, H] partial sum over this rank's heads
@@ -94,7 +95,7 @@ void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
             !why.empty())
           implausible_ = cat("layer ", layer, ", ", why);
     }
-    cpu::moe_ffn(*moe, r, h, T, H, out);
+    cpu::moe_ffn(*moe, r, h, T, H, out, c_.activation);
     routing_[std::size_t(layer)] = std::move(r);
   } else {
     cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out, c_.activation);

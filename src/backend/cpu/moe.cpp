@@ -84,6 +84,16 @@ void route_softmax(const MoeConfig& m, const float* logits, int32_t* experts, fl
     for (int64_t j = 0; j < k; ++j) weights[j] /= top_sum;
 }
 
+// GPT-OSS for one token: the top-k of the logits, their softmax (kernels::route_softmax_of_picks).
+void route_topk_softmax(const MoeConfig& m, const float* logits, int32_t* experts, float* weights) {
+  const auto chosen = top_k(logits, m.num_experts, m.experts_per_token);
+  for (int64_t j = 0; j < m.experts_per_token; ++j) {
+    experts[j] = chosen[std::size_t(j)];
+    weights[j] = logits[chosen[std::size_t(j)]];
+  }
+  kernels::route_softmax_of_picks(weights, int32_t(m.experts_per_token));
+}
+
 // Float32 router logits [T, E] of h [T, H] (transformers computes them in float32).
 std::vector<float> router_logits(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H) {
   const int64_t E = m.num_experts;
@@ -130,10 +140,13 @@ Routing route(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T
   r.weights.resize(std::size_t(T * k));
   for (int64_t t = 0; t < T; ++t) {
     const float* lt = logits.data() + t * E;
-    if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk)
-      route_sigmoid_grouped(m, lt, w.score_bias.data(), r.experts.data() + t * k, r.weights.data() + t * k);
-    else
-      route_softmax(m, lt, r.experts.data() + t * k, r.weights.data() + t * k);
+    int32_t* experts = r.experts.data() + t * k;
+    float* weights = r.weights.data() + t * k;
+    switch (m.routing) {
+      case MoeConfig::Routing::SigmoidGroupedTopk: route_sigmoid_grouped(m, lt, w.score_bias.data(), experts, weights); break;
+      case MoeConfig::Routing::SoftmaxTopk: route_softmax(m, lt, experts, weights); break;
+      case MoeConfig::Routing::TopkSoftmax: route_topk_softmax(m, lt, experts, weights); break;
+    }
   }
   return r;
 }
@@ -148,7 +161,8 @@ Routing route_given(const MoeConfig& m, const MoeWeights& w, const float* h, int
   r.weights.resize(std::size_t(T * k));
   std::vector<float> scores, choice;
   for (int64_t t = 0; t < T; ++t) {
-    scores_of(m, w, logits.data() + t * E, scores, choice);
+    const float* lt = logits.data() + t * E;
+    if (m.routing != MoeConfig::Routing::TopkSoftmax) scores_of(m, w, lt, scores, choice);
     const int32_t* et = experts + t * k;
     float* wt = r.weights.data() + t * k;
     float sum = 0.0f;
@@ -156,9 +170,11 @@ Routing route_given(const MoeConfig& m, const MoeWeights& w, const float* h, int
       LT_CHECK(et[j] >= 0 && et[j] < E, "token ", t, ": recorded expert ", et[j], " is outside [0, ", E, ")");
       for (int64_t i = 0; i < j; ++i)
         LT_CHECK(et[i] != et[j], "token ", t, ": recorded expert ", et[j], " is chosen twice");
-      sum += wt[j] = scores[std::size_t(et[j])];
+      sum += wt[j] = m.routing == MoeConfig::Routing::TopkSoftmax ? lt[et[j]] : scores[std::size_t(et[j])];
     }
-    if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk) {  // as route_sigmoid_grouped
+    if (m.routing == MoeConfig::Routing::TopkSoftmax) {  // as route_topk_softmax
+      kernels::route_softmax_of_picks(wt, int32_t(k));
+    } else if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk) {  // as route_sigmoid_grouped
       const float denominator = sum + 1e-20f;
       for (int64_t j = 0; j < k; ++j) {
         if (m.norm_topk_prob) wt[j] /= denominator;
@@ -250,7 +266,8 @@ std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const fl
   return "";
 }
 
-void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H, float* out) {
+void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H, float* out,
+             const GatedActivation& act) {
   std::fill(out, out + T * H, 0.0f);
   // The (token, weight) pairs routed to each expert this rank holds, in token order.
   const int64_t held = int64_t(w.experts.size());
@@ -271,7 +288,7 @@ void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, i
       const int64_t t = tokens[std::size_t(a)].first;
       std::copy(h + t * H, h + (t + 1) * H, x.data() + a * H);
     }
-    mlp(w.experts[i], x.data(), n, y.data());
+    mlp(w.experts[i], x.data(), n, y.data(), act);
     for (int64_t a = 0; a < n; ++a) {
       const auto [t, weight] = tokens[std::size_t(a)];
       float* o = out + t * H;
@@ -281,7 +298,7 @@ void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, i
   }
   if (w.has_shared) {
     std::vector<float> shared(std::size_t(T * H));
-    mlp(w.shared, h, T, shared.data());
+    mlp(w.shared, h, T, shared.data(), act);
     for (int64_t i = 0; i < T * H; ++i) out[i] += shared[std::size_t(i)];
   }
 }

@@ -1,5 +1,6 @@
 // Mixture-of-experts FFN on the CPU: routing exactly as transformers' DeepseekV3TopkRouter
-// (noaux_tc) and Qwen3MoeTopKRouter compute it, then this rank's experts on their tokens.
+// (noaux_tc), Qwen3MoeTopKRouter and GptOssTopKRouter compute it, then this rank's experts on their
+// tokens.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -38,7 +39,9 @@ std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const fl
                                const int32_t* experts, double state_bound);
 
 // out [T, H] = this rank's share of the MoE block for h [T, H] routed by `r`: the routed experts
-// it holds, weighted, plus its slice of the shared experts. The caller's all-reduce sums the shares.
-void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H, float* out);
+// it holds, weighted, plus its slice of the shared experts, every MLP with activation `act`. The
+// caller's all-reduce sums the shares.
+void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H, float* out,
+             const GatedActivation& act);
 
 }  // namespace layertap::cpu
