@@ -2,7 +2,10 @@
 // each sample exactly what it gets alone).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "backend/cpu/ops.hpp"
@@ -18,33 +21,73 @@ std::vector<float> random_vec(std::size_t n, uint32_t seed) {
   return v;
 }
 
-// Naive causal attention for a single sample, double accumulation.
+// Naive causal attention for a single sample, double accumulation: T queries, the last positions
+// of earlier + T keys; sinks [heads] or null (GPT-OSS: a logit in each row's softmax, no value).
 std::vector<float> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                    const std::vector<float>& v, int64_t T, int64_t heads, int64_t kvh,
-                                   int64_t hd, int64_t window) {
+                                   int64_t hd, int64_t window, int64_t earlier = 0, const float* sinks = nullptr) {
   std::vector<float> out(std::size_t(T * heads * hd));
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t g = h / (heads / kvh);
     for (int64_t i = 0; i < T; ++i) {
-      std::vector<double> w(std::size_t(T), 0.0);
-      double mx = -1e300, sum = 0;
-      const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
-      for (int64_t j = first; j <= i; ++j) {
+      const int64_t p = earlier + i;  // the query's own key
+      std::vector<double> w(std::size_t(earlier + T), 0.0);
+      double mx = sinks != nullptr ? double(sinks[h]) : -1e300, sum = 0;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+      for (int64_t j = first; j <= p; ++j) {
         double s = 0;
         for (int64_t d = 0; d < hd; ++d) s += double(q[(i * heads + h) * hd + d]) * k[(j * kvh + g) * hd + d];
         w[j] = s / std::sqrt(double(hd));
         mx = std::max(mx, w[j]);
       }
-      for (int64_t j = first; j <= i; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      for (int64_t j = first; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      if (sinks != nullptr) sum += std::exp(double(sinks[h]) - mx);
       for (int64_t d = 0; d < hd; ++d) {
         double acc = 0;
-        for (int64_t j = first; j <= i; ++j) acc += w[j] / sum * v[(j * kvh + g) * hd + d];
+        for (int64_t j = first; j <= p; ++j) acc += w[j] / sum * v[(j * kvh + g) * hd + d];
         out[(i * heads + h) * hd + d] = float(acc);
       }
     }
   }
   return out;
 }
+
+// A packed batch for the sink tests: segment 0 continues a sample (its queries are the last
+// positions of its keys), the others are whole. q [Tq, heads*hd], k and v [Tk, kvh*hd].
+struct SinkBatch {
+  static constexpr int64_t heads = 4, kvh = 2, hd = 8;
+  std::vector<int64_t> q_offsets = {0, 6, 7, 40}, kv_offsets = {0, 6 + 9, 16, 49};  // 9 earlier keys
+  std::vector<float> q = random_vec(std::size_t(40 * heads * hd), 11), k = random_vec(std::size_t(49 * kvh * hd), 12),
+                     v = random_vec(std::size_t(49 * kvh * hd), 13);
+
+  std::vector<float> run(int64_t window, const float* sinks) const {
+    std::vector<float> out(q.size());
+    cpu::causal_attention(q.data(), q_offsets, k.data(), v.data(), kv_offsets, out.data(),
+                          {heads, kvh, hd, hd, 1.0f / std::sqrt(float(hd)), window, sinks});
+    return out;
+  }
+  // Segment s's rows of the naive reference.
+  std::vector<float> naive(std::size_t s, int64_t window, const float* sinks) const {
+    const int64_t t0 = q_offsets[s], n = q_offsets[s + 1] - t0, kv0 = kv_offsets[s], nk = kv_offsets[s + 1] - kv0;
+    const auto rows = [](const std::vector<float>& a, int64_t r0, int64_t r, int64_t width) {
+      return std::vector<float>(a.begin() + r0 * width, a.begin() + (r0 + r) * width);
+    };
+    return naive_attention(rows(q, t0, n, heads * hd), rows(k, kv0, nk, kvh * hd), rows(v, kv0, nk, kvh * hd), n,
+                           heads, kvh, hd, window, nk - n, sinks);
+  }
+  // The largest |scaled score| of any (query, key) pair, attended or not.
+  float max_score() const {
+    float mx = 0;
+    for (int64_t i = 0; i < q_offsets.back(); ++i)
+      for (int64_t j = 0; j < kv_offsets.back(); ++j)
+        for (int64_t h = 0; h < heads; ++h) {
+          float s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += q[(i * heads + h) * hd + d] * k[(j * kvh + h / (heads / kvh)) * hd + d];
+          mx = std::max(mx, std::fabs(s) / std::sqrt(float(hd)));
+        }
+    return mx;
+  }
+};
 
 }  // namespace
 
@@ -83,6 +126,86 @@ TEST(CpuOps, AttentionMatchesNaivePerSampleWithGqaAndWindow) {
         ASSERT_NEAR(out[std::size_t(t0 * heads * hd) + i], want[i], 1e-5) << "sample " << s << " window " << window;
     }
   }
+}
+
+TEST(CpuOps, AttentionSinksMatchNaiveWithGqaWindowAndChunk) {
+  const SinkBatch b;
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};  // [heads], the scores' order of size
+  for (int64_t window : {0, 4}) {
+    const std::vector<float> out = b.run(window, sinks.data());
+    for (std::size_t s = 0; s + 1 < b.q_offsets.size(); ++s) {
+      const std::vector<float> want = b.naive(s, window, sinks.data());
+      const std::size_t o = std::size_t(b.q_offsets[s] * b.heads * b.hd);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(out[o + i], want[i], 1e-5) << "segment " << s << " window " << window;
+    }
+  }
+}
+
+// A sink 20 above every score takes all but e^-20 of each row's mass: outputs near 0 (33 keys *
+// e^-20 * |v| < 5 is 3.4e-7), and as close to the reference, relative to their size, as usual.
+TEST(CpuOps, AttentionDominantSinkLeavesOutputsNearZero) {
+  const SinkBatch b;
+  const std::vector<float> sinks(std::size_t(b.heads), b.max_score() + 20.0f);
+  const std::vector<float> out = b.run(0, sinks.data());
+  for (std::size_t s = 0; s + 1 < b.q_offsets.size(); ++s) {
+    const std::vector<float> want = b.naive(s, 0, sinks.data());
+    float size = 0;  // the segment's largest |output|
+    for (const float w : want) size = std::max(size, std::fabs(w));
+    ASSERT_LT(size, 3.4e-7f) << "segment " << s;
+    const std::size_t o = std::size_t(b.q_offsets[s] * b.heads * b.hd);
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(out[o + i], want[i], 1e-5 * size) << "segment " << s;
+  }
+}
+
+// exp(-1e4 - m) is 0 in float32 and the max is a score's: bit for bit the softmax without sinks,
+// which is also what null sinks and the overloads without them give.
+TEST(CpuOps, AttentionNegligibleOrNullSinksEqualNoSinks) {
+  const SinkBatch b;
+  const std::vector<float> sinks(std::size_t(b.heads), -1e4f);
+  for (int64_t window : {0, 4}) {
+    const std::vector<float> none = b.run(window, nullptr), negligible = b.run(window, sinks.data());
+    EXPECT_EQ(std::memcmp(none.data(), negligible.data(), none.size() * sizeof(float)), 0) << "window " << window;
+    for (std::size_t s = 0; s + 1 < b.q_offsets.size(); ++s) {
+      const std::vector<float> want = b.naive(s, window, nullptr);
+      const std::size_t o = std::size_t(b.q_offsets[s] * b.heads * b.hd);
+      for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(none[o + i], want[i], 1e-5) << "segment " << s;
+    }
+  }
+  // Whole samples through the overload without sinks: the same as the shape with null sinks.
+  const std::vector<int64_t> offsets = {0, 6, 7, 40};
+  std::vector<float> old_api(b.q.size()), shape_api(b.q.size());
+  cpu::causal_attention(b.q.data(), b.k.data(), b.v.data(), old_api.data(), offsets, b.heads, b.kvh, b.hd, 3);
+  cpu::causal_attention(b.q.data(), offsets, b.k.data(), b.v.data(), offsets, shape_api.data(),
+                        {b.heads, b.kvh, b.hd, b.hd, 1.0f / std::sqrt(float(b.hd)), 3, nullptr});
+  EXPECT_EQ(std::memcmp(old_api.data(), shape_api.data(), old_api.size() * sizeof(float)), 0);
+}
+
+// GPT-OSS's clamped SwiGLU against a double reference, gates and ups on both sides of both clamps.
+// Bound: float32's roundings (g*alpha, exp, 1 + e, 1/x, two products, u + 1: ~8 2^-24 with exp's
+// last bit) plus the sigmoid's sensitivity to its input's rounding, |a| (1 - sigmoid(a)) 2^-24.
+TEST(CpuOps, ClampedSwigluMatchesDoubleReference) {
+  const GatedActivation act{GatedActivation::Kind::ClampedSwiglu, 1.702f, 7.0f};
+  std::vector<float> gate, up;
+  for (const float g : {-20.0f, -7.5f, -7.0f, -1.0f, -0.25f, 0.0f, 0.3f, 1.0f, 6.99f, 7.0f, 7.01f, 12.0f, 1e4f})
+    for (const float u : {-1e4f, -9.0f, -7.0f, -1.5f, -1.0f, 0.0f, 0.5f, 6.5f, 7.0f, 8.25f}) {
+      gate.push_back(g);
+      up.push_back(u);
+    }
+  std::vector<float> out(gate.size());
+  cpu::gated_activation(gate.data(), up.data(), out.data(), int64_t(gate.size()), act);
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    const double g = std::min(double(gate[i]), 7.0), u = std::clamp(double(up[i]), -7.0, 7.0);
+    const double a = g * double(act.alpha), sig = 1.0 / (1.0 + std::exp(-a));
+    const double want = (u + 1.0) * g * sig;
+    const double bound = (8.0 + std::fabs(a) * (1.0 - sig)) * std::ldexp(1.0, -24) * std::fabs(want);
+    EXPECT_NEAR(out[i], want, bound) << "gate " << gate[i] << " up " << up[i];
+  }
+  // torch.clamp keeps NaN.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), gn[2] = {nan, 1.0f}, un[2] = {1.0f, nan};
+  float on[2];
+  cpu::gated_activation(gn, un, on, 2, act);
+  EXPECT_TRUE(std::isnan(on[0]) && std::isnan(on[1]));
 }
 
 TEST(CpuOps, RopeRestartsPositionsPerSampleAndRotatesPairs) {

@@ -36,7 +36,15 @@ void linear(const float* x, int64_t T, const Linear& l, float* y) {
 }
 
 void gated_activation(const float* gate, const float* up, float* out, int64_t n, const GatedActivation& act) {
-  LT_CHECK(act.kind != GatedActivation::Kind::ClampedSwiglu, "cpu: the clamped SwiGLU is not implemented yet");
+  if (act.kind == GatedActivation::Kind::ClampedSwiglu) {
+    // transformers' GptOssExperts._apply_gate, float32: clamps keep NaN, as torch.clamp.
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = std::min(gate[i], act.limit), u = std::clamp(up[i], -act.limit, act.limit);
+      const float glu = g * (1.0f / (1.0f + std::exp(-(g * act.alpha))));
+      out[i] = (u + 1.0f) * glu;
+    }
+    return;
+  }
   if (act.kind == GatedActivation::Kind::Silu) {
     for (int64_t i = 0; i < n; ++i) {
       const float g = gate[i];
@@ -154,7 +162,7 @@ void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets, i
 
 void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, const float* k, const float* v,
                       const std::vector<int64_t>& kv_offsets, float* out, const AttentionShape& a) {
-  const auto [heads, kv_heads, qk_dim, v_dim, scale, window] = a;
+  const auto [heads, kv_heads, qk_dim, v_dim, scale, window, sinks] = a;
   LT_CHECK(kv_heads > 0 && heads % kv_heads == 0, "attention: ", heads, " query heads for ", kv_heads,
            " key/value heads");
   LT_CHECK(q_offsets.size() == kv_offsets.size(), "attention: ", q_offsets.size() - 1, " query segments for ",
@@ -189,14 +197,17 @@ void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, con
           const int64_t first = (window > 0 ? std::max<int64_t>(0, qi - window + 1) : 0) - k0;
           const int64_t last = qi - k0;
           float* row = scores.data() + i * keys;
+          // transformers' GPT-OSS order: the sink is the row's last logit, in the max and the sum.
           float mx = -std::numeric_limits<float>::infinity();
           for (int64_t j = first; j <= last; ++j) mx = std::max(mx, row[j]);
+          if (sinks != nullptr) mx = std::max(mx, sinks[h]);
           float sum = 0.0f;
           for (int64_t j = 0; j < keys; ++j) {
             const float e = (j >= first && j <= last) ? std::exp(row[j] - mx) : 0.0f;
             row[j] = e;
             sum += e;
           }
+          if (sinks != nullptr) sum += std::exp(sinks[h] - mx);
           for (int64_t j = first; j <= last; ++j) row[j] /= sum;
         }
         // out_h [rows, v] = probs [rows, keys] @ v_g[k0 : k0+keys] [keys, v]

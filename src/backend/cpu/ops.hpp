@@ -21,7 +21,9 @@ void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t co
 // y [T, l.out] = x [T, l.in] @ l.w^T (+ l.b), OpenBLAS sgemm.
 void linear(const float* x, int64_t T, const Linear& l, float* y);
 
-// out[i] = act(gate[i]) * up[i]: silu (SwiGLU) or PyTorch's tanh-approximated gelu (GeGLU).
+// out[i] = act(gate[i]) * up[i]: silu (SwiGLU) or PyTorch's tanh-approximated gelu (GeGLU); or
+// GPT-OSS's clamped SwiGLU on de-interleaved gate and up: g = min(gate, limit),
+// out = (clamp(up, -limit, limit) + 1) * (g * sigmoid(g * alpha)).
 void gated_activation(const float* gate, const float* up, float* out, int64_t n, const GatedActivation& act = {});
 
 // y [T, H] = down(act(gate(x)) * up(x)) for x [T, H], on whatever slice of the intermediate size
@@ -57,11 +59,14 @@ class Rope {
 // keys (a later chunk of a sample: its keys are the earlier chunks' and its own).
 // q: [Tq, heads*qk_dim], k: [Tk, kv_heads*qk_dim], v: [Tk, kv_heads*v_dim] -> out: [Tq, heads*v_dim].
 // window > 0 keeps only the last `window` keys (the query's own position included), as HF's
-// sliding-window mask.
+// sliding-window mask. With sinks (GPT-OSS), head h's learned logit sinks[h], in the units of the
+// scaled scores, joins each row's softmax and is dropped after it: with m = max(max_j s_j, sink),
+// p_j = exp(s_j - m) / (sum_i exp(s_i - m) + exp(sink - m)); it takes mass but has no value.
 struct AttentionShape {
   int64_t heads, kv_heads, qk_dim, v_dim;
   float scale;
   int64_t window;
+  const float* sinks = nullptr;  // [heads] this rank's query heads' sink logits, or null
 };
 void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, const float* k, const float* v,
                       const std::vector<int64_t>& kv_offsets, float* out, const AttentionShape& shape);
