@@ -132,6 +132,14 @@ __global__ void __launch_bounds__(kBlock)
         }
         __syncwarp();  // the stage is rewritten by the next token
       }
+    } else if (p.kind == RouteParams::TopkSoftmax) {  // the logits ranked as they are
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const std::int32_t e = lane + 32 * i;
+        if (e >= E) continue;
+        row[e] = s[i];
+        c[i] = s[i];
+      }
     } else {
       // Softmax: the max skips NaN (x > mx is false for it); any order gives the same maximum
       // (a zero's sign aside, which no exp(x - max) can tell).
@@ -193,6 +201,16 @@ __global__ void __launch_bounds__(kBlock)
         out_w[j] = best.s;
       }
       if (best.e % 32 == lane) mine = lane_next<PER>(c, s, lane, E, best.v, best.e);
+    }
+    if (p.kind == RouteParams::TopkSoftmax) {  // the chosen logits' softmax, serially as route_token
+      for (std::int32_t j = lane; j < k && j < 32; j += 32) {
+        out_e[j] = my_e;
+        out_w[j] = my_w;
+      }
+      __syncwarp();
+      if (lane == 0) route_softmax_of_picks(out_w, k);
+      __syncwarp();
+      continue;
     }
     for (std::int32_t j = lane; j < k; j += 32) {
       if (j < 32) out_e[j] = my_e;
@@ -439,7 +457,7 @@ void moe_route(const RouteParams& p, float* logits, float* choice, const float* 
                std::int32_t* experts, float* weights, std::int64_t T, cudaStream_t stream) {
   LT_CHECK(p.num_experts > 0 && p.top_k > 0 && p.top_k <= p.num_experts && T >= 0, "moe_route: bad shape E=",
            p.num_experts, " top_k=", p.top_k, " T=", T);
-  LT_CHECK(p.kind == RouteParams::SoftmaxTopk ||
+  LT_CHECK(p.kind != RouteParams::SigmoidGroupedTopk ||
                (p.n_group >= 1 && p.n_group <= kMaxRouteGroups && p.num_experts % p.n_group == 0 &&
                 p.topk_group >= 1 && p.topk_group <= p.n_group && p.topk_group * (p.num_experts / p.n_group) >= p.top_k),
            "moe_route: bad groups n_group=", p.n_group, " topk_group=", p.topk_group, " for ", p.num_experts,

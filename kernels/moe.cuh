@@ -15,8 +15,9 @@ namespace layertap::kernels {
 // Per token t < T (one warp each, lanes strided over the experts; E > 1024: one thread each):
 // logits (T, E) float32 are overwritten with the scores, choice (T, E) is scratch (used only past
 // 1024 experts), and experts/weights (T, top_k) receive route_token's choice, bit for bit.
-// `logit_offset` (E) or null is added to every logit first (synthetic load skew; never set for a
-// real checkpoint); `bias` (E) or null is e_score_correction_bias.
+// `logit_offset` (E) or null is added to every logit first: the router's own bias (GPT-OSS; the
+// float32 sum F.linear forms) or a synthetic load skew (benchmark); `bias` (E) or null is
+// e_score_correction_bias.
 void moe_route(const RouteParams& p, float* logits, float* choice, const float* bias, const float* logit_offset,
                std::int32_t* experts, float* weights, std::int64_t T, cudaStream_t stream);
 

@@ -277,7 +277,7 @@ void parse_mixtral_moe(const JsonFields& j, ModelConfig& c) {
 // Which layers are sliding: layer_types ("sliding_attention" / "full_attention"), else every
 // `every`-th layer full (the others sliding).
 std::vector<bool> sliding_layers(const JsonFields& j, int64_t layers, int64_t every) {
-  std::vector<bool> sliding(std::size_t(layers));
+  std::vector<bool> sliding(static_cast<std::size_t>(layers));
   if (!j.has("layer_types")) {
     for (int64_t i = 0; i < layers; ++i) sliding[std::size_t(i)] = (i + 1) % every != 0;
     return sliding;

@@ -25,13 +25,12 @@ void check_tensor(const TensorInfo& t, const std::vector<DType>& dtypes, const s
            " needs ", shape_str(shape));
 }
 
-// Rows [row0, row0 + rows) of the 2-D tensor `t` (or of `t` viewed as rows of `row_bytes`), whole,
-// as stored; within them, the bytes [byte0, byte0 + width) of rows [check0, check0 + checks) are
-// the rank's window and are checked with `rule` (as the CUDA loader checks the same window). The
-// decoders index whole rows.
+// Rows [row0, row0 + rows) of the 2-D tensor `t`, whole, as stored; within them, the bytes
+// [byte0, byte0 + width) of rows [check0, check0 + checks) are the rank's window and are checked
+// with `rule` (as the CUDA loader checks the same window). The decoders index whole rows.
 std::vector<std::byte> read_whole_rows(const TensorInfo& t, int64_t row0, int64_t rows, int64_t check0, int64_t checks,
-                                       int64_t byte0, int64_t width, ValueRule rule, int64_t row_bytes = 0) {
-  if (row_bytes == 0) row_bytes = t.shape[1] * int64_t(dtype_size(t.dtype));
+                                       int64_t byte0, int64_t width, ValueRule rule) {
+  const int64_t row_bytes = t.shape[1] * int64_t(dtype_size(t.dtype));
   std::vector<std::byte> out(std::size_t(rows * row_bytes));
   read_window_rows({&t, row_bytes, row0, rows, 0, row_bytes}, 0, rows, out.data());
   const StoredWindow mine{&t, row_bytes, row0 + check0, checks, byte0, width};
@@ -100,29 +99,10 @@ std::vector<float> LinearReader::read_int4(const std::string& module, int64_t ou
 
 std::vector<float> LinearReader::read_mxfp4(const std::string& module, int64_t expert, int64_t out, int64_t in,
                                             const quant::Window& win) const {
-  const int64_t groups = ceil_div(in, 32);
-  LT_CHECK(!ck_.has(module), "tensor '", module, "' holds the experts dequantized (as transformers saves them); ",
-           "layertap reads GPT-OSS experts as published, in MXFP4 (", module, "_blocks and ", module, "_scales)");
-  LT_CHECK(quant_.method == QuantConfig::Method::Mxfp4, "'", module,
-           "_blocks' needs a quantization_config with quant_method mxfp4 (the config has: ", quant_.describe(), ")");
-  LT_CHECK(in % 32 == 0, "MXFP4 tensor '", module, "_blocks': its input width ", in, " is not a multiple of 32");
-  const TensorInfo& blocks = ck_.info(module + "_blocks");
-  LT_CHECK(blocks.shape.size() == 4 && blocks.shape[0] > expert, "tensor '", blocks.name, "' in '", blocks.file,
-           "' has shape ", shape_str(blocks.shape), ", expert ", expert, "'s MXFP4 blocks need [E > ", expert, ", ",
-           out, ", ", groups, ", 16]");
-  const int64_t experts = blocks.shape[0];
-  check_tensor(blocks, {DType::U8}, {experts, out, groups, 16}, cat("MXFP4 blocks of [", out, ", ", in, "]").c_str());
-  const TensorInfo& scales = ck_.info(module + "_scales");
-  check_tensor(scales, {DType::U8}, {experts, out, groups}, cat("MXFP4 scales of [", out, ", ", in, "]").c_str());
-  LT_CHECK(win.col0 % 32 == 0, "MXFP4 tensor '", blocks.name, "': a window at column ", win.col0,
-           " does not start on a group of 32");
-  const int64_t row0 = expert * out + win.row0, group0 = win.col0 / 32, window_groups = ceil_div(win.cols, 32);
-  const std::vector<std::byte> codes =
-      read_whole_rows(blocks, row0, win.rows, 0, 0, 0, 0, ValueRule::None, groups * 16);
-  const std::vector<std::byte> exps =
-      read_whole_rows(scales, row0, win.rows, 0, win.rows, group0, window_groups, ValueRule::ExponentScale, groups);
+  // The window is itself an MXFP4 matrix [rows, cols] (it starts and ends on groups of 32).
+  const PackedLinear p = read_packed_linear(ck_, quant_, module, out, in, win, expert);
   std::vector<float> dst(std::size_t(win.rows) * std::size_t(win.cols));
-  quant::dequantize_mxfp4(codes.data(), exps.data(), win.rows, in, {0, win.rows, win.col0, win.cols}, dst.data());
+  quant::dequantize_mxfp4(p.data.data(), p.scales.data(), win.rows, win.cols, {0, win.rows, 0, win.cols}, dst.data());
   return dst;
 }
 

@@ -61,7 +61,14 @@ void check_stored_form(const Checkpoint& ckpt, const QuantConfig& quant, const s
 }
 
 std::optional<PackedLinear::Format> packed_format(const Checkpoint& ckpt, const QuantConfig& quant,
-                                                  const std::string& module) {
+                                                  const std::string& module, int64_t expert) {
+  if (expert >= 0) {
+    LT_CHECK(!ckpt.has(module), "tensor '", module, "' holds the experts dequantized (as transformers saves them); ",
+             "layertap reads GPT-OSS experts as published, in MXFP4 (", module, "_blocks and ", module, "_scales)");
+    LT_CHECK(quant.method == QuantConfig::Method::Mxfp4, "'", module, "_blocks' needs a quantization_config with "
+             "quant_method mxfp4 (the config has: ", quant.describe(), ")");
+    return PackedLinear::Format::Mxfp4;
+  }
   check_stored_form(ckpt, quant, module);
   if (quant.int4_packed(module)) return PackedLinear::Format::Int4Group;
   const std::string name = module + ".weight";
@@ -92,11 +99,46 @@ void check_int4_weight_shape(const Checkpoint& ckpt, const std::string& module, 
            recorded[1], "], the config implies [", out, ", ", in, "] (in '", shape.file, "')");
 }
 
+namespace {
+
+// Expert `expert`'s window of a stacked MXFP4 module: `module`_blocks uint8 [E, out, in/32, 16] and
+// `module`_scales uint8 [E, out, in/32], viewed as rows of in/2 and in/32 bytes (row e * out + r).
+PackedLayout mxfp4_layout(const Checkpoint& ckpt, const std::string& module, int64_t out, int64_t in,
+                          const quant::Window& win, int64_t expert) {
+  LT_CHECK(in % 32 == 0 && win.col0 % 32 == 0 && win.cols % 32 == 0, "module '", module, "': MXFP4 needs whole ",
+           "groups of 32 inputs; its width ", in, " or the window [", win.col0, ", +", win.cols, ") cuts one");
+  const TensorInfo& blocks = ckpt.info(module + "_blocks");
+  const int64_t groups = in / 32;
+  LT_CHECK(blocks.shape.size() == 4 && blocks.shape[0] > expert, "tensor '", blocks.name, "' in '", blocks.file,
+           "' has shape ", shape_str(blocks.shape), ", expert ", expert, "'s MXFP4 blocks need [E > ", expert, ", ",
+           out, ", ", groups, ", 16]");
+  const int64_t experts = blocks.shape[0];
+  check_shape(blocks, DType::U8, {experts, out, groups, 16}, cat("MXFP4 blocks of [", out, ", ", in, "]"));
+  const TensorInfo& scales = ckpt.info(module + "_scales");
+  check_shape(scales, DType::U8, {experts, out, groups}, cat("MXFP4 scales of [", out, ", ", in, "]"));
+  PackedLayout l;
+  PackedLinear& p = l.shape;
+  p.format = PackedLinear::Format::Mxfp4;
+  p.rows = win.rows;
+  p.cols = win.cols;
+  p.group = 32;
+  p.scale_dtype = DType::U8;
+  p.scale_rows = win.rows;
+  p.scale_cols = win.cols / 32;
+  const int64_t row0 = expert * out + win.row0;
+  l.data = {&blocks, in / 2, row0, win.rows, win.col0 / 2, win.cols / 2};
+  l.scales = {&scales, groups, row0, win.rows, win.col0 / 32, p.scale_cols};
+  return l;
+}
+
+}  // namespace
+
 PackedLayout packed_layout(const Checkpoint& ckpt, const QuantConfig& q, const std::string& module, int64_t out,
-                           int64_t in, const quant::Window& win) {
-  const std::optional<PackedLinear::Format> format = packed_format(ckpt, q, module);
+                           int64_t in, const quant::Window& win, int64_t expert) {
+  const std::optional<PackedLinear::Format> format = packed_format(ckpt, q, module, expert);
   LT_CHECK(format.has_value(), "module '", module, "' is not stored packed (FP8 blocks or INT4 groups)");
   check_window(win, out, in, module);
+  if (*format == PackedLinear::Format::Mxfp4) return mxfp4_layout(ckpt, module, out, in, win, expert);
   PackedLayout l;
   PackedLinear& p = l.shape;
   p.format = *format;
@@ -143,12 +185,16 @@ PackedLayout packed_layout(const Checkpoint& ckpt, const QuantConfig& q, const s
   return l;
 }
 
+ValueRule packed_scale_rule(PackedLinear::Format f) {
+  return f == PackedLinear::Format::Mxfp4 ? ValueRule::ExponentScale : ValueRule::PositiveScale;
+}
+
 PackedLinear read_packed_linear(const Checkpoint& ckpt, const QuantConfig& q, const std::string& module, int64_t out,
-                                int64_t in, const quant::Window& win) {
-  const PackedLayout l = packed_layout(ckpt, q, module, out, in, win);
+                                int64_t in, const quant::Window& win, int64_t expert) {
+  const PackedLayout l = packed_layout(ckpt, q, module, out, in, win, expert);
   PackedLinear p = l.shape;
   p.data = read_checked(l.data, p.format == PackedLinear::Format::Fp8Block ? ValueRule::Finite : ValueRule::None);
-  p.scales = read_checked(l.scales, ValueRule::PositiveScale);
+  p.scales = read_checked(l.scales, packed_scale_rule(p.format));
   return p;
 }
 

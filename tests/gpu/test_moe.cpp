@@ -276,6 +276,15 @@ int main() {
     kernels::RouteParams max_warp = kimi;
     max_warp.num_experts = 1024, max_warp.top_k = 8;
     failures += route_case("1024 experts (32 a lane)", max_warp, true, false, 35, stream, 16);
+    kernels::RouteParams oss;  // GPT-OSS: the top-k logits (router bias as the logit offset), softmaxed
+    oss.kind = kernels::RouteParams::TopkSoftmax;
+    oss.num_experts = 128, oss.top_k = 4;
+    failures += route_case("gpt-oss 128 experts, top-4 logits softmaxed, router bias", oss, false, true, 37, stream);
+    failures += route_case("gpt-oss 128 experts, ties", oss, false, false, 38, stream, 40, Logits::Ties);
+    failures += route_case("gpt-oss 128 experts, NaN/inf", oss, false, false, 39, stream, 40, Logits::Special);
+    kernels::RouteParams oss_wide = oss;
+    oss_wide.num_experts = 96, oss_wide.top_k = 40;
+    failures += route_case("top-k softmax 96 experts, top 40", oss_wide, false, false, 40, stream, 20);
     kernels::RouteParams serial = qwen;
     serial.num_experts = 1040, serial.top_k = 4;
     failures += route_case("1040 experts softmax (one thread a token)", serial, false, true, 36, stream, 12);

@@ -167,6 +167,23 @@ TEST(MoeRouting, Qwen3SoftmaxTopK) {
                                 p1[1] / (p1[3] + p1[1])});
 }
 
+// GPT-OSS: the top-k of the logits (the router's bias included), then the softmax of those k only.
+TEST(MoeRouting, GptOssSoftmaxOfTheTopK) {
+  MoeConfig m;
+  m.routing = MoeConfig::Routing::TopkSoftmax;
+  m.num_experts = 4;
+  m.experts_per_token = 2;
+  MoeWeights w = identity_router(4);
+  w.router.b = {0.0f, 0.0f, 0.0f, 3.0f};  // lifts expert 3 above expert 0
+  const std::vector<float> h = {2.0f, 1.0f, -1.0f, -0.5f};  // logits 2, 1, -1, 2.5
+  const cpu::Routing r = cpu::route(m, w, h.data(), 1, 4);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{3, 0}));
+  const double a = std::exp(2.5 - 2.5), b = std::exp(2.0 - 2.5);
+  expect_weights(r.weights, {float(a / (a + b)), float(b / (a + b))});
+  const cpu::Routing replay = cpu::route_given(m, w, h.data(), 1, 4, r.experts.data());
+  EXPECT_EQ(replay.weights, r.weights);  // the same float operations: bit for bit
+}
+
 TEST(MoeRouting, RouterShapeIsChecked) {
   const std::vector<float> h(8, 0.0f);
   EXPECT_THROW(cpu::route(deepseek(4, 2, 1, 1), identity_router(4, {0, 0, 0, 0}), h.data(), 1, 8), Error);
@@ -189,6 +206,14 @@ MoeConfig qwen(int64_t E, int64_t k, bool norm) {
   return m;
 }
 
+MoeConfig topk_softmax(int64_t E, int64_t k) {
+  MoeConfig m;
+  m.routing = MoeConfig::Routing::TopkSoftmax;
+  m.num_experts = E;
+  m.experts_per_token = k;
+  return m;
+}
+
 struct NamedConfig {
   std::string name;
   MoeConfig m;
@@ -201,7 +226,8 @@ std::vector<NamedConfig> nan_configs() {
           {"sigmoid 32 experts, 8 groups of 4, 3 kept, unnormalised", deepseek(32, 6, 8, 3, false, 2.827)},
           {"sigmoid 8 experts, 4 groups of 2, 2 kept", deepseek(8, 3, 4, 2)},
           {"softmax 16 experts", qwen(16, 4, true)},
-          {"softmax 16 experts, unnormalised", qwen(16, 4, false)}};
+          {"softmax 16 experts, unnormalised", qwen(16, 4, false)},
+          {"top-k softmax 16 experts", topk_softmax(16, 4)}};
 }
 
 bool sigmoid_routing(const MoeConfig& m) { return m.routing == MoeConfig::Routing::SigmoidGroupedTopk; }
@@ -438,7 +464,8 @@ TEST(MoeRoutingReplay, OwnChoiceReplaysExactly) {
   const int64_t E = 8, T = 16;
   std::vector<float> h(std::size_t(T * E));
   for (float& v : h) v = n01(rng);
-  for (const MoeConfig& m : {deepseek(E, 2, 4, 2), deepseek(E, 3, 1, 1, false, 1.0), qwen(E, 2, true)}) {
+  for (const MoeConfig& m :
+       {deepseek(E, 2, 4, 2), deepseek(E, 3, 1, 1, false, 1.0), qwen(E, 2, true), topk_softmax(E, 3)}) {
     const MoeWeights w = identity_router(E, std::vector<float>(std::size_t(E), 0.1f));
     const cpu::Routing own = cpu::route(m, w, h.data(), T, E);
     const cpu::Routing replay = cpu::route_given(m, w, h.data(), T, E, own.experts.data());

@@ -27,11 +27,11 @@ struct Coverage {
   int bias_holders = 0;
 };
 
-// Records each rank's windows of every Linear, by module.
+// Records each rank's windows of every Linear, by module (and expert, for stacked experts).
 class GroupLayout {
  public:
   void add(const LinearSlice& l, int rank) {
-    Coverage& c = modules_[l.module];
+    Coverage& c = modules_[l.expert < 0 ? l.module : cat(l.module, " expert ", l.expert)];
     if (c.holders == 0) {
       c.out_full = l.out_full;
       c.in_full = l.in_full;
@@ -72,7 +72,7 @@ class GroupLayout {
     for (const auto& [module, c] : modules_) {
       SCOPED_TRACE(module);
       if (c.split == Split::Whole) continue;
-      const bool kv = module.ends_with("k_proj") || module.ends_with("v_proj");
+      const bool kv = module.ends_with("self_attn.k_proj") || module.ends_with("self_attn.v_proj");
       const int64_t full = c.split == Split::Column ? c.out_full : c.in_full;
       int64_t at = 0;
       for (const auto& [start, length] : c.spans) {
@@ -112,21 +112,34 @@ bool check_group(const ModelConfig& cfg, int size, MoeSplit split) {
     GroupLayout group;
     std::set<int64_t> experts;
     int64_t expert_slots = 0;
+    int64_t sink_heads = 0;  // GPT-OSS: each rank's heads' sinks, consecutive windows of [num_heads]
     for (int rank = 0; rank < size; ++rank) {
       const LayerSlices ls = layer_slices(cfg, {rank, size, split}, i);
       ls.for_each_linear([&](const LinearSlice& l) { group.add(l, rank); });
+      if (const auto* g = std::get_if<GqaSlices>(&ls.attn); g && g->sinks) {
+        EXPECT_EQ(g->sinks->first, sink_heads);
+        EXPECT_EQ(g->sinks->size, g->heads);
+        EXPECT_EQ(g->sinks->full, cfg.num_heads);
+        sink_heads += g->sinks->size;
+      }
       if (const auto* e = std::get_if<MoeSlices>(&ls.ffn)) {
         for (std::size_t x = 0; x < e->routed.size(); ++x) {
           const MoeTensorNames& names = cfg.moe->names;
-          const std::string base =
-              cat(cfg.tensor_prefix, "layers.", i, ".", names.block, "experts.", e->first_expert + int64_t(x), ".");
+          const int64_t expert = e->first_expert + int64_t(x);
+          // Stacked (GPT-OSS): one tensor of every expert, this expert's matrix by index.
+          const std::string base = names.stacked ? cat(cfg.tensor_prefix, "layers.", i, ".", names.block, "experts.")
+                                                 : cat(cfg.tensor_prefix, "layers.", i, ".", names.block, "experts.",
+                                                       expert, ".");
           EXPECT_EQ(e->routed[x].gate.module, base + names.gate);
           EXPECT_EQ(e->routed[x].down.module, base + names.down);
+          EXPECT_EQ(e->routed[x].gate.expert, names.stacked ? expert : -1);
+          EXPECT_EQ(e->routed[x].interleaved(), names.stacked);
           experts.insert(e->first_expert + int64_t(x));
         }
         expert_slots += int64_t(e->routed.size());
       }
     }
+    EXPECT_EQ(sink_heads, cfg.attention_sinks ? cfg.num_heads : 0);
     const int kv_replicas = !cfg.mla && cfg.num_kv_heads < size ? size / int(cfg.num_kv_heads) : 1;
     group.check_tiles(size, kv_replicas);
     if (cfg.is_moe_layer(i)) {

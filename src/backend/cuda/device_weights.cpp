@@ -39,15 +39,18 @@ class Recorder {
     add(fill, tensor, false, rows, cols, {0, rows, 0, cols}, std::size_t(rows * cols) * 2);
     return p;
   }
-  float* float32(const std::string& tensor, std::int64_t n) {
+  // A 1-D tensor's window [first, first + n) of its [full] as float32.
+  float* float32(const std::string& tensor, std::int64_t n, std::int64_t first = 0, std::int64_t full = 0) {
     float* p = res_.take<float>(n);
-    add(Placement::Fill::Float32, tensor, true, 1, n, {0, 1, 0, n}, std::size_t(n) * 4);
+    add(Placement::Fill::Float32, tensor, true, 1, full > 0 ? full : n, {0, 1, first, n}, std::size_t(n) * 4);
     return p;
   }
   // `bytes` at `at` bytes into the last take.
   void add(Placement::Fill fill, const std::string& tensor, bool vec, std::int64_t out_full, std::int64_t in_full,
-           const quant::Window& win, std::size_t bytes, std::size_t at = 0, bool linear = false) {
-    if (bytes > 0) out_.push_back({fill, tensor, vec, linear, out_full, in_full, win, res_.last_offset() + at, bytes});
+           const quant::Window& win, std::size_t bytes, std::size_t at = 0, bool linear = false,
+           std::int64_t expert = -1) {
+    if (bytes > 0)
+      out_.push_back({fill, tensor, expert, vec, linear, out_full, in_full, win, res_.last_offset() + at, bytes});
   }
   Arena& arena() { return res_; }
 
@@ -113,16 +116,16 @@ class Placer {
           pc.scale_bytes = 4 * ceil_div(pc.row_phase + pc.rows, s_.block_rows) *
                            ceil_div(pc.col_phase + pc.cols, s_.block_cols);
         } else {
-          const std::int64_t scale_size = st.scale == kernels::ScaleType::F32 ? 4 : 2;
           pc.data_bytes = pc.rows * ceil_div(pc.cols, 8) * 4;
-          pc.scale_bytes = pc.rows * ceil_div(pc.cols, s_.group) * scale_size;
+          pc.scale_bytes = pc.rows * ceil_div(pc.cols, s_.group) * kernels::scale_bytes(st.scale);
         }
+        pc.stacked = p.expert;
         pc.data = res_.take<std::byte>(pc.data_bytes);
         rec_.add(Placement::Fill::PackedData, p.module, false, p.out_full, p.in_full, p.win, std::size_t(pc.data_bytes),
-                 0, true);
+                 0, true, p.expert);
         pc.scales = res_.take<std::byte>(pc.scale_bytes);
         rec_.add(Placement::Fill::PackedScales, p.module, false, p.out_full, p.in_full, p.win,
-                 std::size_t(pc.scale_bytes), 0, true);
+                 std::size_t(pc.scale_bytes), 0, true, p.expert);
         pc.dst = l.w != nullptr ? l.w + row * l.in : nullptr;
         pc.expert = expert_;
         row += pc.rows;
@@ -131,13 +134,19 @@ class Placer {
     }
     if (bias) {
       // Column-parallel parts keep their rows of the bias; a row-parallel Linear the whole of it
-      // (its window's rows are all of them).
+      // (its window's rows are all of them). A stacked expert's bias is its row of `module`_bias
+      // [E, out].
       l.b = res_.take<bf16>(l.out);
       std::size_t at = 0;
       for (const LinearSlice* p : parts) {
-        rec_.add(Placement::Fill::Bf16, p->module + ".bias", true, 1, p->out_full, {0, 1, p->win.row0, p->win.rows},
-                 std::size_t(p->win.rows) * 2, at);
-        at += std::size_t(p->win.rows) * 2;
+        const std::size_t bytes = std::size_t(p->win.rows) * 2;
+        if (p->expert < 0)
+          rec_.add(Placement::Fill::Bf16, p->module + ".bias", true, 1, p->out_full, {0, 1, p->win.row0, p->win.rows},
+                   bytes, at);
+        else
+          rec_.add(Placement::Fill::Bf16, p->module + "_bias", false, s_.experts, p->out_full,
+                   {p->expert, 1, p->win.row0, p->win.rows}, bytes, at);
+        at += bytes;
       }
     }
     return l;
@@ -178,6 +187,7 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
     if (const auto* g = std::get_if<GqaSlices>(&ls.attn)) {
       if (g->q_norm) l.q_norm = vector(*g->q_norm);
       if (g->k_norm) l.k_norm = vector(*g->k_norm);
+      if (g->sinks) l.sinks = rec.float32(g->sinks->tensor, g->sinks->size, g->sinks->first, g->sinks->full_size());
       l.qkv = put.linear({&g->q, &g->k, &g->v});
       l.o = put.linear({&g->o});
     } else {
@@ -195,9 +205,9 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
       a.kv_b = put.linear({&m.kv_b});
       a.o = put.linear({&m.o});
     }
-    // A SwiGLU MLP as two Linears: gate rows then up rows, and down.
+    // A gated MLP as two Linears: gate rows then up rows (or interleaved as stored), and down.
     const auto mlp = [&](const MlpSlices& m, DeviceLinear& gate_up, DeviceLinear& down) {
-      gate_up = put.linear({&m.gate, &m.up});
+      gate_up = m.interleaved() ? put.linear({&m.gate}) : put.linear({&m.gate, &m.up});
       down = put.linear({&m.down});
     };
     l.moe = std::holds_alternative<MoeSlices>(ls.ffn);
@@ -209,6 +219,7 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
       e.router = rec.matrix(Placement::Fill::RouterHigh, m.router, m.experts, s.hidden);
       if (s.router_lo) e.router_lo = rec.matrix(Placement::Fill::RouterLow, m.router, m.experts, s.hidden);
       if (m.score_bias) e.score_bias = rec.float32(*m.score_bias, m.experts);
+      if (m.router_bias) e.router_bias = rec.float32(*m.router_bias, m.experts);
       e.gate_up.resize(m.routed.size());
       e.down.resize(m.routed.size());
       const std::int64_t group = s.expert_group > 0 ? s.expert_group : std::int64_t(m.routed.size());
@@ -342,9 +353,34 @@ void upload_linear(const DeviceLinear& d, const std::vector<const Linear*>& part
   }
 }
 
+// Gate and up rows interleaved (gate row i at 2i, up row i at 2i + 1), as GPT-OSS stores them and
+// the device keeps them: [2 I, in], bias [2 I].
+Linear interleave(const Linear& gate, const Linear& up) {
+  Linear l;
+  l.out = gate.out + up.out;
+  l.in = gate.in;
+  l.w.resize(std::size_t(l.out * l.in));
+  for (std::int64_t r = 0; r < gate.out; ++r) {
+    std::copy_n(gate.w.begin() + r * l.in, l.in, l.w.begin() + 2 * r * l.in);
+    std::copy_n(up.w.begin() + r * l.in, l.in, l.w.begin() + (2 * r + 1) * l.in);
+  }
+  for (std::size_t r = 0; r < gate.b.size() && r < up.b.size(); ++r) {
+    l.b.push_back(gate.b[r]);
+    l.b.push_back(up.b[r]);
+  }
+  return l;
+}
+
 void upload_mlp(const DeviceLinear& gate_up, const DeviceLinear& down, const MlpWeights& m, const std::string& base,
-                bool bias, bool down_bias) {
-  upload_linear(gate_up, {&m.gate, &m.up}, {base + "gate_proj", base + "up_proj"}, bias);
+                bool bias, bool down_bias, bool interleaved = false) {
+  if (interleaved) {
+    LT_CHECK(m.gate.out == m.up.out && m.gate.b.size() == m.up.b.size(), "cuda backend: ", base,
+             "gate_up_proj's gate and up halves differ in shape");
+    const Linear both = interleave(m.gate, m.up);
+    upload_linear(gate_up, {&both}, {base + "gate_up_proj"}, bias);
+  } else {
+    upload_linear(gate_up, {&m.gate, &m.up}, {base + "gate_proj", base + "up_proj"}, bias);
+  }
   upload_linear(down, {&m.down}, {base + "down_proj"}, down_bias);
 }
 
@@ -387,6 +423,11 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
       if (s.qk_norm) {
         Upload().add(a.q_norm, hd, p + "self_attn.q_norm").to(dl.q_norm);
         Upload().add(a.k_norm, hd, p + "self_attn.k_norm").to(dl.k_norm);
+      }
+      if (s.sinks) {
+        LT_CHECK(std::int64_t(a.sinks.size()) == s.heads, "cuda backend: ", p, "self_attn.sinks holds ",
+                 a.sinks.size(), " values for this rank's ", s.heads, " heads");
+        std::memcpy(dl.sinks, a.sinks.data(), a.sinks.size() * 4);
       }
       upload_linear(dl.qkv, {&a.q, &a.k, &a.v},
                     {p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, s.qkv_bias);
@@ -436,16 +477,23 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
                  "mlp.gate.e_score_correction_bias holds ", m.score_bias.size(), " values for ", s.experts, " experts");
         std::memcpy(d.score_bias, m.score_bias.data(), m.score_bias.size() * 4);
       }
+      if (s.router_bias) {
+        LT_CHECK(std::int64_t(m.router.b.size()) == s.experts, "cuda backend: ", p, "mlp.router.bias holds ",
+                 m.router.b.size(), " values for ", s.experts, " experts");
+        std::memcpy(d.router_bias, m.router.b.data(), m.router.b.size() * 4);
+      }
+      // GPT-OSS's experts carry biases: gate/up's on every rank, down's where the layout puts it.
       for (std::int64_t x = 0; x < s.local_experts; ++x)
         upload_mlp(d.gate_up[std::size_t(x)], d.down[std::size_t(x)], m.experts[std::size_t(x)],
-                   cat(p, "mlp.experts.", s.first_expert + x, "."), false, false);
+                   cat(p, "mlp.experts.", s.first_expert + x, "."), d.gate_up[std::size_t(x)].b != nullptr,
+                   d.down[std::size_t(x)].b != nullptr, s.experts_interleaved);
       if (s.shared_inter > 0) upload_mlp(d.shared_gate_up, d.shared_down, m.shared, p + "mlp.shared_experts.", false, false);
     }
     // Packed Linears: the checkpoint's bytes of this rank's window.
     for (const PackedPiece& pc : dl.packed) {
       LT_CHECK(ckpt != nullptr && quant != nullptr, "cuda backend: ", pc.module, " is held packed but no checkpoint "
                "was given to read it from");
-      const PackedLinear pl = read_packed_linear(*ckpt, *quant, pc.module, pc.out_full, pc.in_full, pc.win);
+      const PackedLinear pl = read_packed_linear(*ckpt, *quant, pc.module, pc.out_full, pc.in_full, pc.win, pc.stacked);
       LT_CHECK(std::int64_t(pl.data.size()) == pc.data_bytes && std::int64_t(pl.scales.size()) == pc.scale_bytes,
                "cuda backend: ", pc.module, " reads as ", pl.data.size(), " + ", pl.scales.size(),
                " packed bytes, the device layout expects ", pc.data_bytes, " + ", pc.scale_bytes);

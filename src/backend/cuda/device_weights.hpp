@@ -41,6 +41,7 @@ struct PackedPiece {
   __nv_bfloat16* dst = nullptr;  // (rows, cols) inside the scratch
   std::int64_t expert = -1;      // the local routed expert it belongs to (its group's slot); -1: the layer's part
   std::string module;            // where it comes from: module's [out_full, in_full] weight, window `win`
+  std::int64_t stacked = -1;     // module stacks every expert (GPT-OSS): this expert's matrix; -1: its own
   std::int64_t out_full = 0, in_full = 0;
   quant::Window win;
 };
@@ -54,10 +55,11 @@ struct Placement {
     PackedScales,  // their scales, as stored
     RouterHigh,    // bf16(w) of the router weight `tensor`
     RouterLow,     // bf16(w - bf16(w))
-    Float32,       // tensor `tensor` as float32 (e_score_correction_bias)
+    Float32,       // window `win` of tensor `tensor` as float32 (e_score_correction_bias, router bias, sinks)
   };
   Fill fill = Fill::Bf16;
   std::string tensor;  // tensor name; the module name for Packed*
+  std::int64_t expert = -1;  // Packed* of a module stacking every expert (GPT-OSS): this expert's matrix
   bool vector = false;  // a 1-D tensor [in_full]
   bool linear = false;  // a Linear module's weight (Bf16) or packed parts
   std::int64_t out_full = 1, in_full = 0;
@@ -80,7 +82,10 @@ struct DeviceMoe {
   __nv_bfloat16* router = nullptr;     // (E, H): bf16(w)
   __nv_bfloat16* router_lo = nullptr;  // (E, H): bf16(w - bf16(w)), when the weights are not all bf16 values
   float* score_bias = nullptr;         // (E) e_score_correction_bias, or null
-  std::vector<DeviceLinear> gate_up;   // [local experts] (2 Ie, H): gate rows, then up rows
+  float* router_bias = nullptr;        // (E) the router's bias (GPT-OSS), or null
+  // [local experts] (2 Ie, H): gate rows, then up rows; GPT-OSS's stacked experts as stored, gate and
+  // up rows interleaved (LocalShape::experts_interleaved).
+  std::vector<DeviceLinear> gate_up;
   std::vector<DeviceLinear> down;      // [local experts] (H, Ie)
   DeviceLinear shared_gate_up;         // (2 Is, H), w null without shared experts
   DeviceLinear shared_down;            // (H, Is)
@@ -94,6 +99,7 @@ struct DeviceLayer {
   // GQA
   __nv_bfloat16* q_norm = nullptr;  // (hd) Qwen3, else null
   __nv_bfloat16* k_norm = nullptr;  // (hd) Qwen3, else null
+  float* sinks = nullptr;           // (heads) this rank's heads' attention sinks (GPT-OSS), else null
   DeviceLinear qkv;                 // ((heads + 2 kv_heads) * hd, H): q rows, then k rows, then v rows
   DeviceLinear o;                   // (H, heads * hd)
   // MLA

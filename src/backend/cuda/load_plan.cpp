@@ -61,10 +61,10 @@ LoadPlan plan_load(const LocalShape& shape, const Checkpoint& ckpt, const QuantC
       }
       case Placement::Fill::PackedData:
       case Placement::Fill::PackedScales: {
-        const PackedLayout l = packed_layout(ckpt, quant, p.tensor, p.out_full, p.in_full, p.win);
+        const PackedLayout l = packed_layout(ckpt, quant, p.tensor, p.out_full, p.in_full, p.win, p.expert);
         const bool data = p.fill == Placement::Fill::PackedData;
         c.src = data ? l.data : l.scales;
-        c.check = !data ? ValueRule::PositiveScale
+        c.check = !data ? packed_scale_rule(l.shape.format)
                   : l.shape.format == PackedLinear::Format::Fp8Block ? ValueRule::Finite  // FP8 NaN codes
                                                                      : ValueRule::None;
         LT_CHECK(std::size_t(c.src.bytes()) == p.bytes, "cuda backend: ", p.tensor, " reads as ", c.src.bytes(),

@@ -9,6 +9,7 @@
 namespace layertap::cuda {
 
 std::string unsupported_parts(const ModelConfig& c) {
+  if (c.attention_sinks) return "GPT-OSS's attention sinks, MXFP4 experts and biases (not wired yet)";
 
   if (c.mla) {
     const MlaConfig& m = *c.mla;
@@ -78,6 +79,7 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
   l.qkv_bias = c.qkv_bias;
   l.mlp_bias = c.mlp_bias;
   l.qk_norm = c.qk_norm;
+  l.sinks = c.attention_sinks;
   l.prefix = c.tensor_prefix;
   l.tp_rank = s.rank;
   l.config = c;
@@ -104,6 +106,8 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
     l.experts = m.num_experts;
     l.top_k = m.experts_per_token;
     l.score_bias = m.score_bias;
+    l.router_bias = m.router_bias;
+    l.experts_interleaved = m.names.stacked;
     l.route = route_params(m);
   }
   l.block_rows = c.quant.block_rows;
@@ -126,14 +130,14 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
     const LayerSlices ls = i == 0 ? first : l.layer_slices(i);
     if (const auto* d = std::get_if<MlpSlices>(&ls.ffn)) {
       dense_seen = true;
-      l.inter = d->gate.rows();
+      l.inter = d->intermediate();
       l.down_bias = d->down.bias;
     } else {
       moe_seen = true;
       const MoeSlices& e = std::get<MoeSlices>(ls.ffn);
       l.local_experts = std::int64_t(e.routed.size());
       l.first_expert = e.first_expert;
-      l.expert_inter = e.routed.empty() ? 0 : e.routed.front().gate.rows();
+      l.expert_inter = e.routed.empty() ? 0 : e.routed.front().intermediate();
       l.shared_inter = e.shared ? e.shared->gate.rows() : 0;
     }
   }
@@ -143,11 +147,16 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
         const std::string& name = slice.module;
         LinearStorage st;
         if (packed == PackedSource::Checkpoint) {
-          const auto f = packed_format(*ckpt, c.quant, name);
+          const auto f = packed_format(*ckpt, c.quant, name, slice.expert);
           if (!f) return;
           st.kind = *f == PackedLinear::Format::Fp8Block ? LinearStorage::Kind::Fp8Block : LinearStorage::Kind::Int4Group;
-          if (st.kind == LinearStorage::Kind::Int4Group)
+          if (*f == PackedLinear::Format::Mxfp4)
+            st.scale = kernels::ScaleType::E8M0;
+          else if (st.kind == LinearStorage::Kind::Int4Group)
             st.scale = scale_type_of(ckpt->info(name + ".weight_scale").dtype);
+        } else if (c.quant.method == QuantConfig::Method::Mxfp4) {
+          if (slice.expert < 0) return;  // only the stacked experts are MXFP4
+          st = {LinearStorage::Kind::Int4Group, kernels::ScaleType::E8M0};
         } else if (c.quant.method == QuantConfig::Method::Int4Group) {
           if (!c.quant.int4_packed(name)) return;
           st.kind = LinearStorage::Kind::Int4Group;

@@ -25,7 +25,8 @@ std::string unsupported_parts(const ModelConfig& c);
 struct LinearStorage {
   enum class Kind { Bf16, Fp8Block, Int4Group };
   Kind kind = Kind::Bf16;
-  kernels::ScaleType scale = kernels::ScaleType::BF16;  // Int4Group: the scales' dtype
+  // Int4Group: the scales' dtype; E8M0 is MXFP4 (e2m1 codes in the INT4 words' places, GPT-OSS)
+  kernels::ScaleType scale = kernels::ScaleType::BF16;
 };
 
 // Where the packed storage of quantized Linears is decided.
@@ -44,6 +45,7 @@ struct LocalShape {
   bool mlp_bias = false;   // gate/up biases
   bool down_bias = false;  // down_proj bias, on TP rank 0 only
   bool qk_norm = false;    // Qwen3 per-head q/k RMSNorm
+  bool sinks = false;      // GPT-OSS attention sinks
 
   // MLA (every layer when set): this rank's `heads` heads; q_lora 0 = q_proj on the hidden state.
   bool mla = false;
@@ -60,6 +62,10 @@ struct LocalShape {
   bool moe_whole = true;    // --moe-split experts (whole experts); false: every expert's intermediate slice
   kernels::RouteParams route;
   bool score_bias = false;  // e_score_correction_bias
+  bool router_bias = false;  // the router's bias (GPT-OSS)
+  // GPT-OSS: routed experts stacked in one module per projection, gate and up rows interleaved in
+  // one Linear, with biases; the activation reads gate/up pairs.
+  bool experts_interleaved = false;
   bool router_lo = false;   // the router needs a bf16 low part (its float32 weights are not all bf16 values)
   // Routed experts multiplied by the grouped GEMM as stored (grouped_experts.hpp): packed ones are
   // never expanded, so they get no slots in the dequantization scratch.
