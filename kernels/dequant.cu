@@ -2,11 +2,12 @@
 // each thread one run of 8 to 32 consecutive elements of a row, with one 8- or 16-byte load of its
 // codes, its scale loaded once, and 16-byte stores of 8 bf16; index arithmetic once per thread, in
 // 32 bits. Each element is the bf16 that quant_element.hpp defines (fp8_block_element,
-// int4_group_element): the fast path computes the same float32 product and rounds it to bf16
-// the same way (one cvt.rn.bf16x2.f32 for two elements on the device, round to nearest even as
-// bf16_bits_of) and is taken only where that product cannot be NaN (a finite scale, no NaN code);
-// everything else (NaN codes, infinite or NaN scales, runs that cross a scale block or group,
-// row tails, unaligned buffers) takes quant_element.hpp's functions element by element.
+// int4_group_element, for MXFP4 too: E8M0 scales): the fast path computes the same float32 product
+// and rounds it to bf16 the same way (one cvt.rn.bf16x2.f32 for two elements on the device, round
+// to nearest even as bf16_bits_of) and is taken only where that product cannot be NaN (a finite
+// scale, no NaN code); everything else (NaN codes, infinite or NaN scales, runs that cross a scale
+// block or group, row tails, unaligned buffers) takes quant_element.hpp's functions element by
+// element.
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -127,9 +128,10 @@ __global__ void __launch_bounds__(kBlock)
 
 // q * scale as int4_value computes it, for a finite scale, before the rounding to bf16: for bf16
 // scales int4_value's rounding to bf16 is the final one's (bf16 of a bf16 value is itself); for
-// f16 scales the f16 round trip stays.
+// f16 scales the f16 round trip stays; E8M0 (MXFP4) is int4_value's exact e2m1 product.
 template <ScaleType ST>
 __device__ __forceinline__ float int4_times(std::uint32_t nibble, float scale) {
+  if constexpr (ST == ScaleType::E8M0) return e2m1_value(nibble & 0xfu) * scale;
   const float q = bits_to_float(0x4b000000u | (nibble & 0xfu)) - 8388616.0f;  // 2^23 + nibble - (2^23 + 8), exact
   const float product = q * scale;
   if constexpr (ST == ScaleType::F16) return f16_value(f16_bits_of(product));
@@ -304,7 +306,8 @@ void dequantize_int4_group(__nv_bfloat16* dst, const std::uint32_t* words, const
            " group=", group);
   LT_CHECK(rows < kInt32Range && cols + 2 * group < kInt32Range, "dequantize_int4_group: rows ", rows, " or cols ", cols,
            " beyond 32-bit indexing");
-  LT_CHECK(scale_type == ScaleType::BF16 || scale_type == ScaleType::F16 || scale_type == ScaleType::F32,
+  LT_CHECK(scale_type == ScaleType::BF16 || scale_type == ScaleType::F16 || scale_type == ScaleType::F32 ||
+               scale_type == ScaleType::E8M0,
            "dequantize_int4_group: unknown scale type");
   LT_CHECK(dst != nullptr && words != nullptr && scales != nullptr, "dequantize_int4_group: null pointer argument");
   if (rows == 0 || cols == 0) return;
@@ -314,21 +317,24 @@ void dequantize_int4_group(__nv_bfloat16* dst, const std::uint32_t* words, const
   const int per_thread = aligned && row_words % 4 == 0 && aligned_to(words, 16) ? 4 : 1;
   const RunGrid rg = run_grid(rows, (row_words + per_thread - 1) / per_thread);
   const double elements = double(rows) * double(cols);
-  const double scale_bytes = scale_type == ScaleType::F32 ? 4 : 2;
   // Bytes: the words and scales once, the bf16 out. Per element ~5 lane instructions on the fast
   // path (nibble shift and mask, the exact float of q, the multiply, half a bf16x2 conversion and
-  // packing; f16 scales ~20 more for the f16 rounding), plus ~40 per thread and row (the division
-  // for the group, addresses, the scale load, the loads and stores).
+  // packing; f16 scales ~20 more for the f16 rounding, E8M0 ~2 more for the e2m1 bits and their
+  // 2^126), plus ~40 per thread and row (the division for the group, addresses, the scale load,
+  // the loads and stores).
   Work work;
-  work.read = double(rows) * double(row_words) * 4 + double(rows) * double((cols + group - 1) / group) * scale_bytes;
+  work.read = double(rows) * double(row_words) * 4 +
+              double(rows) * double((cols + group - 1) / group) * double(scale_size(scale_type));
   work.written = elements * 2;
-  work.ops = elements * (5.0 + (scale_type == ScaleType::F16 ? 20.0 : 0.0) + 40.0 / (8 * per_thread));
+  work.ops = elements * (5.0 + (scale_type == ScaleType::F16 ? 20.0 : scale_type == ScaleType::E8M0 ? 2.0 : 0.0) +
+                         40.0 / (8 * per_thread));
   const Grid g{rg.grid, rg.block, 0, stream, work};
   auto* out = reinterpret_cast<std::uint16_t*>(dst);
   const auto r32 = std::int32_t(rows), c32 = std::int32_t(cols), g32 = std::int32_t(group);
   switch (scale_type) {
     case ScaleType::BF16: launch_int4<ScaleType::BF16>(g, out, words, scales, r32, c32, g32, per_thread, aligned); break;
     case ScaleType::F16: launch_int4<ScaleType::F16>(g, out, words, scales, r32, c32, g32, per_thread, aligned); break;
+    case ScaleType::E8M0: launch_int4<ScaleType::E8M0>(g, out, words, scales, r32, c32, g32, per_thread, aligned); break;
     default: launch_int4<ScaleType::F32>(g, out, words, scales, r32, c32, g32, per_thread, aligned); break;
   }
   LT_CUDA_CHECK_LAUNCH();

@@ -1,5 +1,6 @@
 // Quantized weights kept packed on the device and expanded to bf16 before a product (docs/GPU.md,
-// "What runs where"): DeepSeek FP8 blocks and compressed-tensors INT4 groups. Each element equals
+// "What runs where"): DeepSeek FP8 blocks, compressed-tensors INT4 groups, and MXFP4 as INT4 groups
+// of 32 with E8M0 scales (its bytes are laid out as INT4 words). Each element equals
 // float_to_bf16 of what the CPU decoders (src/model/quant_formats.cpp) give, bit for bit: the
 // device path and the float32-upload path hold the same bf16 weights. Also the seeded random
 // packed weights of the synthetic models. Usable from host C++ (g++) and from .cu files.
@@ -22,9 +23,10 @@ void dequantize_fp8_block(__nv_bfloat16* dst, const std::uint8_t* codes, const f
                           std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols, std::int64_t row_phase,
                           std::int64_t col_phase, cudaStream_t stream);
 
-// dst (rows, cols) bf16 = bf16(int4_value(q[r][c], scale[r][c / group]))  (see quant_element.hpp)
-//   words   (rows, ceil(cols / 8))      int32 of 8 nibbles, element c at bits 4 * (c % 8), stored q + 8
-//   scales  (rows, ceil(cols / group))  of `scale_type` (bf16, f16 or f32 bits)
+// dst (rows, cols) bf16 = int4_group_element(nibble[r][c], scale[r][c / group], scale_type)  (quant_element.hpp)
+//   words   (rows, ceil(cols / 8))      int32 of 8 nibbles, element c at bits 4 * (c % 8): q + 8, or
+//                                       MXFP4's e2m1 codes (E8M0 scales; group 32)
+//   scales  (rows, ceil(cols / group))  of `scale_type` (bf16, f16 or f32 bits, or E8M0 bytes)
 // The window starts on a group boundary (and so on a word): its columns are [0, cols) of `words`.
 void dequantize_int4_group(__nv_bfloat16* dst, const std::uint32_t* words, const void* scales,
                            ScaleType scale_type, std::int64_t rows, std::int64_t cols, std::int64_t group,

@@ -19,7 +19,8 @@
 //   B fragments  per lane, the stored bytes of its row n (= the mma's column g) at k 2c, 2c+1, 2c+8,
 //                2c+9 of each 16-step, decoded in registers to bf16 pairs:
 //                INT4: one 16-byte read per row and 32 k (4 words; byte c of each word holds the
-//                lane's two nibbles), one scale per row and group;
+//                lane's two nibbles), one scale per row and group (MXFP4: the same bytes of e2m1
+//                codes, a 1-byte E8M0 scale);
 //                FP8: two 4-byte reads per row and 16 k; scale_inv per row and step when every
 //                step lies in one block (block_cols and col_phase multiples of 64), else per row and
 //                8 k (Fine: blocks of any multiple of 8 columns at a phase that is one, so 8 k never
@@ -99,10 +100,11 @@ struct Args {
 // INT4: q = nibble - 8 as a float (2^23 + nibble, less 2^23 + 8: exact), times the scale. bf16
 // scales: q * s is exact in float32 (4 x 8 significant bits) and int4_value's rounding to bf16 is
 // the one pack_bf16x2 makes; f32: the same float32 product; f16 rounds to f16 first (int4_value).
+// E8M0 (MXFP4): int4_value's exact e2m1 product.
 template <ScaleType ST>
 __device__ __forceinline__ float int4_decoded(std::uint32_t nibble, float scale) {
-  if constexpr (ST == ScaleType::F16) {
-    return int4_value(nibble, scale, ScaleType::F16);
+  if constexpr (ST == ScaleType::F16 || ST == ScaleType::E8M0) {
+    return int4_value(nibble, scale, ST);
   } else {
     return (bits_to_float(0x4b000000u | nibble) - 8388616.0f) * scale;
   }
@@ -218,7 +220,7 @@ __global__ void __launch_bounds__(kThreads)
         const std::int64_t rr = n % a.part_rows;
         if constexpr (F == GroupedFormat::Int4Group) {
           const std::int64_t groups = (K + a.group - 1) / a.group;
-          srow[j] = s + rr * groups * (ST == ScaleType::F32 ? 4 : 2);
+          srow[j] = s + rr * groups * scale_size(ST);
         } else {
           const std::int64_t scale_cols = (a.col_phase + K + a.block_cols - 1) / a.block_cols;
           srow[j] = s + ((rr + a.row_phase) / a.block_rows) * scale_cols * 4;
@@ -445,7 +447,7 @@ double expert_bytes(const GroupedWeights& w, std::int64_t N, std::int64_t K) {
   switch (w.format) {
     case GroupedFormat::Int4Group:
       return double(N) * double(K / 2) +
-             double(N) * double(ceil_div(K, w.group)) * (w.scale_type == ScaleType::F32 ? 4.0 : 2.0);
+             double(N) * double(ceil_div(K, w.group)) * double(scale_size(w.scale_type));
     case GroupedFormat::Fp8Block:
       return double(N) * double(K) + double(w.parts_per_expert) *
                                          double(ceil_div(w.row_phase + w.part_rows, w.block_rows)) *
@@ -496,7 +498,8 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
     case GroupedFormat::Int4Group:
       LT_CHECK(w.group >= 32 && w.group % 32 == 0, "grouped_gemm: INT4 groups of ", w.group,
                " are not supported (a multiple of 32)");
-      LT_CHECK(w.scale_type == ScaleType::BF16 || w.scale_type == ScaleType::F16 || w.scale_type == ScaleType::F32,
+      LT_CHECK(w.scale_type == ScaleType::BF16 || w.scale_type == ScaleType::F16 || w.scale_type == ScaleType::F32 ||
+                   w.scale_type == ScaleType::E8M0,
                "grouped_gemm: unknown INT4 scale type");
       LT_CHECK(K % 8 == 0, "grouped_gemm: K=", K, " is not a multiple of 8 (INT4 rows are whole 32-bit words of 8 nibbles)");
       break;
@@ -549,6 +552,9 @@ void grouped_gemm(__nv_bfloat16* y, const __nv_bfloat16* x, const std::int32_t* 
       } else if (w.scale_type == S::F16) {
         v16 ? launch_x<GF::Int4Group, S::F16, true>(x16, g, y, x, offsets, w.parts, a)
             : launch_x<GF::Int4Group, S::F16, false>(x16, g, y, x, offsets, w.parts, a);
+      } else if (w.scale_type == S::E8M0) {
+        v16 ? launch_x<GF::Int4Group, S::E8M0, true>(x16, g, y, x, offsets, w.parts, a)
+            : launch_x<GF::Int4Group, S::E8M0, false>(x16, g, y, x, offsets, w.parts, a);
       } else {
         v16 ? launch_x<GF::Int4Group, S::F32, true>(x16, g, y, x, offsets, w.parts, a)
             : launch_x<GF::Int4Group, S::F32, false>(x16, g, y, x, offsets, w.parts, a);

@@ -1,6 +1,7 @@
 // Grouped expert GEMM over packed weights (issue 34 item 1): one launch multiplies the rows of
-// every local expert by that expert's weight, read as the device stores it (INT4 groups, FP8
-// blocks or bf16) and dequantized in registers, never written back as bf16:
+// every local expert by that expert's weight, read as the device stores it (INT4 groups, MXFP4 as
+// INT4 groups with E8M0 scales, FP8 blocks or bf16) and dequantized in registers, never written
+// back as bf16:
 //
 //   y[r, :] = bf16( sum_k x[r, k] * W_e[:, k] )   for every r in [offsets[e], offsets[e+1]), e in [0, n)
 //
@@ -20,9 +21,10 @@
 //   parts    (n * P) GroupedWeightPart in DEVICE memory, expert-major (expert e's part p at
 //            e * P + p), each part (part_rows, K) stored as:
 //     Int4Group  data: int32 words (part_rows, K / 8), element k at bits 4 (k % 8) of word k / 8,
-//                stored q + 8; scales: (part_rows, ceil(K / group)) of scale_type (bf16, f16, f32).
+//                stored q + 8; scales: (part_rows, ceil(K / group)) of scale_type (bf16, f16, f32;
+//                E8M0: MXFP4, data its e2m1 codes, scales 1 byte each, group 32).
 //                Element = int4_group_element(nibble, scale, scale_type) (quant_element.hpp).
-//                group % 32 == 0 (Kimi-K2.5: 32). K % 8 == 0 (a row is whole words).
+//                group % 32 == 0 (Kimi-K2.5, GPT-OSS: 32). K % 8 == 0 (a row is whole words).
 //     Fp8Block   data: float8_e4m3fn (part_rows, K), K % 4 == 0 (rows of whole 4-byte words, the
 //                kernel's smallest copy; 16-byte copies when K % 16 == 0); scales: float32 scale_inv
 //                (ceil((row_phase + part_rows) / block_rows), ceil((col_phase + K) / block_cols)),
@@ -69,7 +71,7 @@ enum class GroupedFormat : std::int32_t { Bf16 = 0, Fp8Block = 1, Int4Group = 2 
 // One part of one expert's weight: where its stored bytes are (device pointers).
 struct GroupedWeightPart {
   const void* data = nullptr;    // FP8 codes, INT4 words or bf16 values, (part_rows, K) as above
-  const void* scales = nullptr;  // FP8 scale_inv or INT4 group scales; null for bf16
+  const void* scales = nullptr;  // FP8 scale_inv or INT4 group scales (MXFP4: E8M0); null for bf16
 };
 
 // How every expert's weight of one projection is stored (the same for all n experts).

@@ -15,8 +15,13 @@
 
 namespace layertap::kernels {
 
-// The dtype of INT4 group scales as stored (compressed-tensors writes bf16; f16 and f32 accepted).
-enum class ScaleType : std::int32_t { BF16 = 0, F16 = 1, F32 = 2 };
+// The type of Int4Group scales as stored: compressed-tensors INT4 writes bf16 (f16 and f32
+// accepted); MXFP4 (OCP MX FP4, GPT-OSS's experts) writes E8M0, one uint8 exponent per group of 32,
+// its FP4 e2m1 codes packed in the bytes of INT4 words (element c: byte c / 2, low nibble first).
+enum class ScaleType : std::int32_t { BF16 = 0, F16 = 1, F32 = 2, E8M0 = 3 };
+
+// Bytes of one stored scale.
+LT_HD constexpr int scale_size(ScaleType t) { return t == ScaleType::F32 ? 4 : t == ScaleType::E8M0 ? 1 : 2; }
 
 LT_HD inline float bits_to_float(std::uint32_t u) {
 #if defined(__CUDA_ARCH__)
@@ -102,17 +107,35 @@ LT_HD inline float fp8_e4m3fn_value(std::uint32_t code) {
   return sign ? -magnitude : magnitude;
 }
 
+// E8M0 code s -> 2^(s - 127), exact: built from bits (s = 0 is 2^-127, a float32 subnormal);
+// s = 255 is E8M0's NaN.
+LT_HD inline float e8m0_value(std::uint32_t s) {
+  if (s == 255u) return bits_to_float(0x7fc00000u);
+  return bits_to_float(s == 0u ? 0x00400000u : s << 23);
+}
+
+// FP4 e2m1 code -> float32, exact: {0, .5, 1, 1.5, 2, 3, 4, 6}, bit 3 the sign (bits 4 and up
+// ignored). Its 2 exponent bits and mantissa bit placed at float32's bits 23..24 and 22 read 2^-126
+// of the value (exponent 0 as a subnormal), so one exact multiplication by 2^126 gives it.
+LT_HD inline float e2m1_value(std::uint32_t code) {
+  return bits_to_float((code & 0x8u) << 28 | (code & 0x7u) << 22) * 0x1p126f;
+}
+
 // A scale as stored, widened to float32 (exact).
 LT_HD inline float scale_value(const void* scales, std::int64_t i, ScaleType t) {
   switch (t) {
     case ScaleType::BF16: return bf16_value(static_cast<const std::uint16_t*>(scales)[i]);
     case ScaleType::F16: return f16_value(static_cast<const std::uint16_t*>(scales)[i]);
+    case ScaleType::E8M0: return e8m0_value(static_cast<const std::uint8_t*>(scales)[i]);
     default: return static_cast<const float*>(scales)[i];
   }
 }
 
-// compressed-tensors' q * scale in the scale's dtype (q = nibble - 8), widened to float32.
+// An Int4Group element widened to float32. bf16, f16, f32 scales: compressed-tensors' q * scale in
+// the scale's dtype (q = nibble - 8). E8M0: MXFP4's e2m1(nibble) * scale, exact (at most 2
+// significant bits times a power of two; +-inf past float32's range, scales 2^126 and 2^127).
 LT_HD inline float int4_value(std::uint32_t nibble, float scale, ScaleType t) {
+  if (t == ScaleType::E8M0) return e2m1_value(nibble) * scale;
   const float product = float(int(nibble) - 8) * scale;
   switch (t) {
     case ScaleType::BF16: return bf16_value(bf16_bits_of(product));
@@ -126,7 +149,7 @@ LT_HD inline std::uint16_t fp8_block_element(std::uint32_t code, float scale_inv
   return bf16_bits_of(fp8_e4m3fn_value(code) * scale_inv);
 }
 
-// The bf16 bits the device holds for an INT4-group element.
+// The bf16 bits the device holds for an INT4-group (or MXFP4: E8M0 scales) element.
 LT_HD inline std::uint16_t int4_group_element(std::uint32_t nibble, float scale, ScaleType t) {
   return bf16_bits_of(int4_value(nibble, scale, t));
 }

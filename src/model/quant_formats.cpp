@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -30,6 +32,12 @@
 //     even, to the scale's dtype: bf16(q * s) or f16(q * s); for float32 scales the float32 product.
 //   - Groups run along the input dim; the library rejects in % group != 0, so a partial last group
 //     never reaches it (here it would simply use the last scale column).
+//
+// MXFP4 (transformers integrations/mxfp4.py, _convert_moe_packed_tensors): the FP4 lookup table at
+//   each byte's low nibble (even column), then high nibble, times ldexp(1, scale - 127): an FP4
+//   value (2 significant bits) times a power of two, exact in float32 and in the bf16 it returns
+//   unless it overflows. Scale 255 is E8M0's NaN in the OCP MX spec and here (transformers' ldexp
+//   would give +-inf, NaN for zeros); the checkpoint value rule is the place to refuse it.
 
 namespace layertap::quant {
 
@@ -77,6 +85,11 @@ float load_scale(const std::byte* p, DType scale_dtype) {
     default: return load<float>(p);
   }
 }
+
+// FP4 e2m1 codes: bit 3 the sign, then {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+constexpr std::array<float, 16> kE2m1 = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                         -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+constexpr int64_t kMxBlock = 32;  // elements per E8M0 scale
 
 }  // namespace
 
@@ -128,6 +141,33 @@ void dequantize_int4_group(const std::byte* packed, const std::byte* scale, DTyp
       }
       for (; c < stretch_end; ++c) {  // element c: byte c / 2 of the row, low nibble first
         out_row[c - win.col0] = value_of_nibble[(nibbles[c / 2] >> (4 * (c % 2))) & 0xfu];
+      }
+    }
+  }
+}
+
+void dequantize_mxfp4(const std::byte* blocks, const std::byte* scales, int64_t out, int64_t in, const Window& win,
+                      float* dst) {
+  LT_CHECK(in % kMxBlock == 0, "mxfp4 dequantization: ", in, " input columns are not whole blocks of ", kMxBlock);
+  check_window(win, out, in, "mxfp4 dequantization");
+  const int64_t row_bytes = in / 2, scale_row_bytes = in / kMxBlock;
+  const int64_t col_end = win.col0 + win.cols;
+  for (int64_t r = 0; r < win.rows; ++r) {
+    const int64_t row = win.row0 + r;
+    const auto* codes = reinterpret_cast<const uint8_t*>(blocks) + row * row_bytes;
+    const auto* scale_row = reinterpret_cast<const uint8_t*>(scales) + row * scale_row_bytes;
+    float* out_row = dst + r * win.cols;
+    // Per stretch of the row inside one block: the 16 possible values, then a lookup per element.
+    for (int64_t c = win.col0; c < col_end;) {
+      const int64_t b = c / kMxBlock;
+      const int64_t stretch_end = std::min(col_end, (b + 1) * kMxBlock);
+      const int s = scale_row[b];
+      std::array<float, 16> value_of_code;
+      for (std::size_t code = 0; code < 16; ++code) {
+        value_of_code[code] = s == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(kE2m1[code], s - 127);
+      }
+      for (; c < stretch_end; ++c) {  // element c: byte c / 2 of the row, low nibble first
+        out_row[c - win.col0] = value_of_code[(codes[c / 2] >> (4 * (c % 2))) & 0xfu];
       }
     }
   }

@@ -5,7 +5,8 @@
 //     Qwen3 softmax routers;
 //   - the element decoders of the dequantization kernels (kernels/quant_element.hpp) against the
 //     CPU decoders of src/model/quant_formats.cpp over every FP8 code and INT4 nibble and bf16, f16
-//     and f32 scales (bit for bit after the bf16 rounding both paths apply);
+//     and f32 scales, and every MXFP4 code and E8M0 scale (bit for bit after the bf16 rounding both
+//     paths apply);
 //   - every packed piece the device layout holds of the FP8 and INT4 fixtures, at TP 1 and 2 and
 //     both MoE splits: the checkpoint bytes read_packed_linear gives, decoded as the kernels index
 //     them, equal the CPU path (LinearReader) rounded to bf16;
@@ -183,6 +184,40 @@ void int4_elements() {
     check(diff == 0, cat("int4 group element, ", dtype_name(st), " scales: ", rows * cols,
                          " elements equal bf16(CPU decoder), ", diff, " differ"));
   }
+}
+
+void mxfp4_elements() {
+  // Every E8M0 code (one row each) x every e2m1 code, in both nibble positions: row s's block holds
+  // bytes j | (15 - j) << 4.
+  const std::int64_t rows = 256, cols = 32;
+  std::vector<std::uint8_t> blocks(std::size_t(rows * cols / 2)), scales(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = std::uint8_t((i % 16) | (15 - i % 16) << 4);
+  for (std::size_t s = 0; s < scales.size(); ++s) scales[s] = std::uint8_t(s);
+  std::vector<float> cpu(std::size_t(rows * cols));
+  quant::dequantize_mxfp4(reinterpret_cast<const std::byte*>(blocks.data()),
+                          reinterpret_cast<const std::byte*>(scales.data()), rows, cols, {0, rows, 0, cols},
+                          cpu.data());
+  std::int64_t diff = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::uint32_t nibble = (blocks[std::size_t(r * cols / 2 + c / 2)] >> (4 * (c % 2))) & 0xfu;
+      const float s = kernels::scale_value(scales.data(), r, kernels::ScaleType::E8M0);
+      const std::uint16_t got = kernels::int4_group_element(nibble, s, kernels::ScaleType::E8M0);
+      diff += !same_bf16(got, cpu[std::size_t(r * cols + c)]);
+    }
+  check(diff == 0, cat("mxfp4 element (E8M0 scales): ", rows * cols, " (code, scale) pairs equal bf16(CPU decoder), ",
+                       diff, " differ"));
+  // The float32 values themselves, not only their bf16: the decoders agree bit for bit.
+  std::int64_t diff32 = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::uint32_t nibble = (blocks[std::size_t(r * cols / 2 + c / 2)] >> (4 * (c % 2))) & 0xfu;
+      const float s = kernels::e8m0_value(scales[std::size_t(r)]);
+      const float v = kernels::int4_value(nibble, s, kernels::ScaleType::E8M0);
+      const float want = cpu[std::size_t(r * cols + c)];
+      diff32 += std::isnan(want) ? !std::isnan(v) : bits(v) != bits(want);
+    }
+  check(diff32 == 0, cat("mxfp4 float32 values: ", rows * cols, " equal the CPU decoder's, ", diff32, " differ"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -405,6 +440,7 @@ int main() {
     routing();
     fp8_elements();
     int4_elements();
+    mxfp4_elements();
     fixtures();
     synthetic_models();
     bench_options();

@@ -1,11 +1,12 @@
 // kernels/dequant.cu against the CPU decoders of src/model/quant_formats.cpp: FP8 blocks (partial
-// edge blocks, windows that start inside a block) and INT4 groups (bf16, f16 and f32 scales,
-// row-parallel windows), each element bit for bit equal to float_to_bf16 of the CPU's float32
-// (NaN codes must come out NaN) and to quant_element.hpp's element functions on the host; the
-// kernels' vector paths (16 or 8 codes, 4 or 1 INT4 words a thread), the runs they leave to the
-// element path (crossing a scale block or group, row tails, NaN codes, non-finite scales,
-// unaligned buffers), and special scales; plus the random packed fills of the synthetic models.
-// Guard regions around every output, outputs poisoned with NaN first. Exit 77 without a GPU.
+// edge blocks, windows that start inside a block), INT4 groups (bf16, f16 and f32 scales,
+// row-parallel windows) and MXFP4 (INT4 groups of 32 with E8M0 scales), each element bit for bit
+// equal to float_to_bf16 of the CPU's float32 (NaN codes must come out NaN) and to
+// quant_element.hpp's element functions on the host; the kernels' vector paths (16 or 8 codes, 4 or
+// 1 INT4 words a thread), the runs they leave to the element path (crossing a scale block or group,
+// row tails, NaN codes, non-finite scales, unaligned buffers), and special scales; plus the random
+// packed fills of the synthetic models. Guard regions around every output, outputs poisoned with
+// NaN first. Exit 77 without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -178,6 +179,56 @@ int int4_case(std::int64_t out, std::int64_t in, std::int64_t group, DType st, c
                       d_out.guard_damage() + d_words.guard_damage() + d_scales.guard_damage());
 }
 
+// A window of an [out, in] MXFP4 matrix (in % 32 == 0; col0 on a block boundary), expanded as
+// INT4 groups of 32 with E8M0 scales. Scale codes near 127, or with `specials` every third one of
+// 0 (2^-127: subnormal products), 1, 126, 127, 128, 253, 254 (products overflowing to inf) and 255
+// (NaN: the element path).
+int mxfp4_case(std::int64_t out, std::int64_t in, const quant::Window& win, std::uint64_t seed, cudaStream_t stream,
+               Variant variant = {}) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t row_bytes = in / 2, blocks = in / 32;
+  std::vector<std::uint8_t> codes(std::size_t(out * row_bytes)), scales(std::size_t(out * blocks));
+  for (auto& c : codes) c = std::uint8_t(rng());
+  const std::uint8_t special[] = {0, 1, 126, 127, 128, 253, 254, 255};
+  for (std::size_t i = 0; i < scales.size(); ++i)
+    scales[i] = variant.specials && i % 3 == 0 ? special[(i / 3) % 8] : std::uint8_t(107 + rng() % 30);
+  std::vector<float> want(std::size_t(win.rows * win.cols));
+  quant::dequantize_mxfp4(reinterpret_cast<const std::byte*>(codes.data()),
+                          reinterpret_cast<const std::byte*>(scales.data()), out, in, win, want.data());
+  // The window's bytes as whole words (its columns a multiple of 8) and its scales.
+  const std::int64_t wwords = (win.cols + 7) / 8, wblocks = (win.cols + 31) / 32;
+  std::vector<std::uint32_t> wp(std::size_t(win.rows * wwords));
+  std::vector<std::uint8_t> wsc(std::size_t(win.rows * wblocks));
+  for (std::int64_t r = 0; r < win.rows; ++r) {
+    std::memcpy(&wp[std::size_t(r * wwords)], &codes[std::size_t((win.row0 + r) * row_bytes + win.col0 / 2)],
+                std::size_t(wwords * 4));
+    std::memcpy(&wsc[std::size_t(r * wblocks)], &scales[std::size_t((win.row0 + r) * blocks + win.col0 / 32)],
+                std::size_t(wblocks));
+  }
+  std::vector<bf16_bits> want_bits(want.size());
+  for (std::int64_t r = 0; r < win.rows; ++r)
+    for (std::int64_t c = 0; c < win.cols; ++c) {
+      const std::uint32_t nibble = (wp[std::size_t(r * wwords + c / 8)] >> (4 * (c % 8))) & 0xfu;
+      const float scale = kernels::scale_value(wsc.data(), r * wblocks + c / 32, kernels::ScaleType::E8M0);
+      want_bits[std::size_t(r * win.cols + c)] = kernels::int4_group_element(nibble, scale, kernels::ScaleType::E8M0);
+    }
+  Guarded<std::uint32_t> d_words(std::int64_t(wp.size()), variant.misalign ? 1024 + 1 : 1024);
+  Guarded<std::uint8_t> d_scales(std::int64_t(wsc.size()));
+  Guarded<bf16_bits> d_out(win.rows * win.cols, variant.misalign ? 2048 + 1 : 2048);
+  d_words.upload(wp);
+  d_scales.upload(wsc);
+  poison_bf16(d_out);
+  kernels::dequantize_int4_group(as_bf16(d_out.data()), d_words.data(), d_scales.data(), kernels::ScaleType::E8M0,
+                                 win.rows, win.cols, 32, stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  char name[200];
+  std::snprintf(name, sizeof name, "mxfp4 [%lld, %lld] window rows %lld+%lld cols %lld+%lld%s", (long long)out,
+                (long long)in, (long long)win.row0, (long long)win.rows, (long long)win.col0, (long long)win.cols,
+                variant_name(variant));
+  return compare_bits(name, d_out.download(), want, want_bits,
+                      d_out.guard_damage() + d_words.guard_damage() + d_scales.guard_damage());
+}
+
 int fills(cudaStream_t stream) {
   int fails = 0;
   const std::int64_t n = 100003;
@@ -253,6 +304,15 @@ int main() {
       failures += int4_case(12, 256, 64, st, {2, 10, 64, 192}, seed++, stream, {false, true});
       failures += int4_case(11, 93, 16, st, {0, 11, 0, 93}, seed++, stream, {true, false});
     }
+    // MXFP4: 4 words a thread (whole blocks), a window inside (rows and blocks of a TP slice), 1
+    // word a thread with a partial last block (cols 200), every scale class, unaligned buffers.
+    failures += mxfp4_case(40, 256, {0, 40, 0, 256}, seed++, stream);
+    failures += mxfp4_case(40, 2880, {7, 25, 1440, 1440}, seed++, stream);
+    failures += mxfp4_case(9, 256, {0, 9, 0, 200}, seed++, stream);
+    failures += mxfp4_case(30, 512, {0, 30, 0, 512}, seed++, stream, {true, false});
+    failures += mxfp4_case(11, 160, {1, 10, 32, 128}, seed++, stream, {true, false});
+    failures += mxfp4_case(12, 256, {2, 10, 64, 192}, seed++, stream, {false, true});
+    failures += mxfp4_case(7, 256, {0, 7, 0, 200}, seed++, stream, {true, true});
     failures += fills(stream);
     return failures;
   });

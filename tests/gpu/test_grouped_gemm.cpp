@@ -1,14 +1,15 @@
 // kernels/grouped_gemm.cu against a host reference, a table of cases in the spirit of ggml's
-// test-backend-ops: INT4 groups (bf16, f16, f32 scales; groups of 32, 64, 128), FP8 blocks
-// (128 x 128, small blocks, phases; blocks and column phases of any multiple of 8 columns, which
-// take the kernel's scale-per-8-k path, among them the DeepSeek-V3 test fixture's 16 x 8 blocks at
-// its shapes) and bf16 weights; empty experts, one-row experts, one expert
-// taking every row, row counts on and off the 64-row tile, K on and off the INT4 group and FP8
-// block (and off 16-byte rows: the kernel's 4-byte copies), N on and off the 128-column tile (odd
-// N too), gate/up weights in 2 parts, offsets[0] > 0 and rows past offsets[n]. K off 8 (x and
-// weights in 4-byte copies): bf16 K 12 and 6 (the test fixtures' MoE down projections sliced for
-// tensor parallelism, moe_intermediate_size 24 at TP 2 and 4) and FP8 K 12; x 4 bytes past 16-byte
-// alignment with K % 8 == 0 (x in 4-byte copies, weights in 16-byte ones). Exit 77 without a GPU.
+// test-backend-ops: INT4 groups (bf16, f16, f32 scales; groups of 32, 64, 128), MXFP4 (INT4 groups
+// of 32 with E8M0 scales; K 1440, GPT-OSS's 2880 at TP 2), FP8 blocks (128 x 128, small blocks,
+// phases; blocks and column phases of any multiple of 8 columns, which take the kernel's
+// scale-per-8-k path, among them the DeepSeek-V3 test fixture's 16 x 8 blocks at its shapes) and
+// bf16 weights; empty experts, one-row experts, one expert taking every row, row counts on and off
+// the 64-row tile, K on and off the INT4 group and FP8 block (and off 16-byte rows: the kernel's
+// 4-byte copies), N on and off the 128-column tile (odd N too), gate/up weights in 2 parts,
+// offsets[0] > 0 and rows past offsets[n]. K off 8 (x and weights in 4-byte copies): bf16 K 12 and
+// 6 (the test fixtures' MoE down projections sliced for tensor parallelism, moe_intermediate_size
+// 24 at TP 2 and 4) and FP8 K 12; x 4 bytes past 16-byte alignment with K % 8 == 0 (x in 4-byte
+// copies, weights in 16-byte ones). Exit 77 without a GPU.
 //
 // Reference: each expert's weight decoded on the host by kernels/quant_element.hpp (the decoders
 // kernels/dequant.cu runs, themselves held bit for bit to the CPU backend's by test_dequant and
@@ -24,9 +25,9 @@
 // y finite, and every row outside [offsets[0], offsets[n]) untouched (it stays the NaN poison).
 // The one-hot cases (x rows unit vectors) make y[r, n] = W[n, k_r] exactly: there each output
 // must equal the decoded weight bit for bit (every FP8 code but the NaNs, all 16 nibbles, scales
-// over 36 binades, f16 rounding to subnormals), which checks the kernel's register decoders
-// against quant_element.hpp. Their decoded values stay normal bf16 numbers (what tensor cores do
-// with subnormal operands is not this test's subject).
+// over 36 binades, E8M0 scales over 251, f16 rounding to subnormals), which checks the kernel's
+// register decoders against quant_element.hpp. Their decoded values stay normal bf16 numbers (what
+// tensor cores do with subnormal operands is not this test's subject).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -112,8 +113,15 @@ Part make_part(const Case& cs, std::int64_t rows, std::int64_t row0, std::mt1993
       for (auto& b : part.data) b = std::uint8_t(rng());
       // Scales over many binades; one-hot: from 2^-26 (f16: subnormal products) to 2^10 (f16 to
       // 2^12, so that q s stays finite in f16); otherwise near the 1/sqrt(K) of real weights.
-      std::uniform_int_distribution<int> expo(cs.one_hot ? -26 : -8, cs.one_hot ? (cs.scale == ScaleType::F16 ? 11 : 10) : -2);
-      for (std::int64_t i = 0; i < rows * groups; ++i) put_scale(part.scales, cs.scale, sign() * std::ldexp(mant(rng), expo(rng)));
+      // E8M0 (MXFP4) codes 127 + e; one-hot: e from -125 to 125, every binade whose products
+      // (0.5 to 6 times 2^e) are normal bf16 numbers.
+      if (cs.scale == ScaleType::E8M0) {
+        std::uniform_int_distribution<int> e(cs.one_hot ? -125 : -8, cs.one_hot ? 125 : -2);
+        for (std::int64_t i = 0; i < rows * groups; ++i) part.scales.push_back(std::uint8_t(127 + e(rng)));
+      } else {
+        std::uniform_int_distribution<int> expo(cs.one_hot ? -26 : -8, cs.one_hot ? (cs.scale == ScaleType::F16 ? 11 : 10) : -2);
+        for (std::int64_t i = 0; i < rows * groups; ++i) put_scale(part.scales, cs.scale, sign() * std::ldexp(mant(rng), expo(rng)));
+      }
       for (std::int64_t r = 0; r < rows; ++r) {
         for (std::int64_t k = 0; k < K; ++k) {
           std::uint32_t word;
@@ -331,6 +339,16 @@ std::vector<Case> cases() {
     t.push_back(make_case("int4: 40 experts of 0..7 rows", F::Int4Group, S::BF16, counts, 16, 64, 1, 0, 2));
   }
   t.push_back(make_case("int4: every expert empty", F::Int4Group, S::BF16, {0, 0, 0}, 32, 64, 1, 7, 9));
+  // MXFP4 (INT4 groups of 32, E8M0 scales): gate/up in 2 parts with ragged experts; K 160, half a
+  // last K step (GPT-OSS's 2880 at TP 2: 1440 = 22.5 steps); many small experts.
+  t.push_back(make_case("mxfp4: gate/up in 2 parts, ragged experts, K 256", F::Int4Group, S::E8M0, {37, 0, 1, 64, 90}, 192, 256, 2, 0, 8));
+  t.push_back(make_case("mxfp4: K 160 (half a K step), N 136", F::Int4Group, S::E8M0, {70, 0, 65, 3}, 136, 160, 1, 3, 5));
+  {
+    std::mt19937_64 rng(29);
+    std::vector<std::int64_t> counts(32);
+    for (auto& c : counts) c = std::int64_t(rng() % 9);
+    t.push_back(make_case("mxfp4: 32 experts of 0..8 rows, K 1440", F::Int4Group, S::E8M0, counts, 64, 1440, 2, 0, 1));
+  }
   t.push_back(make_case("fp8 128x128: gate/up in 2 parts of 96 rows, K 256", F::Fp8Block, S::F32, {1, 63, 0, 100}, 192, 256, 2, 0, 6));
   t.push_back(make_case("fp8 K 200 partial block (4-byte copies), N 136", F::Fp8Block, S::F32, {65, 64, 2}, 136, 200, 1, 0, 1));
   t.push_back(make_case("fp8 row phase 32, K 320", F::Fp8Block, S::F32, {120, 30}, 72, 320, 1, 0, 0));
@@ -404,6 +422,8 @@ std::vector<Case> cases() {
   t.push_back(make_case("one-hot int4 bf16 scales", F::Int4Group, S::BF16, {0, 128, 64}, 128, 128, 1, 0, 0));
   t.push_back(make_case("one-hot int4 f16 scales", F::Int4Group, S::F16, {64}, 64, 64, 1, 0, 0));
   t.push_back(make_case("one-hot int4 f32 scales", F::Int4Group, S::F32, {64}, 64, 64, 1, 0, 0));
+  t.push_back(make_case("one-hot mxfp4 (E8M0 scales 2^-125..2^125)", F::Int4Group, S::E8M0, {0, 128, 64}, 128, 128, 1, 0, 0));
+  t.push_back(make_case("one-hot mxfp4, K 96", F::Int4Group, S::E8M0, {33, 96}, 64, 96, 2, 0, 0));
   t.push_back(make_case("one-hot fp8 (all 254 codes), blocks 16x64", F::Fp8Block, S::F32, {192}, 128, 192, 1, 0, 0));
   t.back().br = 16;
   t.back().bc = 64;

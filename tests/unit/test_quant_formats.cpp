@@ -241,6 +241,86 @@ TEST(QuantFormats, Int4GroupsNeedNoAlignment) {
   }
 }
 
+// ---- MXFP4 ----
+
+// The format as written down (OCP MX FP4, transformers' _convert_moe_packed_tensors), element by
+// element: blocks [out, in / 32, 16], scales [out, in / 32], in double and narrowed (exact, or
+// past float's range an infinity).
+float naive_mxfp4(const std::vector<uint8_t>& blocks, const std::vector<uint8_t>& scales, int64_t in, int64_t r,
+                  int64_t c) {
+  static const double kE2m1[16] = {0, .5, 1, 1.5, 2, 3, 4, 6, -0.0, -.5, -1, -1.5, -2, -3, -4, -6};
+  const int64_t nb = in / 32;
+  const uint8_t b = blocks[std::size_t((r * nb + c / 32) * 16 + (c % 32) / 2)];
+  const int nibble = c % 2 == 0 ? b & 0xf : b >> 4;
+  const int s = scales[std::size_t(r * nb + c / 32)];
+  if (s == 255) return std::numeric_limits<float>::quiet_NaN();
+  const double v = std::ldexp(kE2m1[nibble], s - 127);
+  return std::fabs(v) > double(std::numeric_limits<float>::max()) ? std::copysign(INFINITY, float(kE2m1[nibble]))
+                                                                    : float(v);
+}
+
+std::vector<float> naive_mxfp4(const std::vector<uint8_t>& blocks, const std::vector<uint8_t>& scales, int64_t out,
+                               int64_t in) {
+  std::vector<float> v;
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t c = 0; c < in; ++c) v.push_back(naive_mxfp4(blocks, scales, in, r, c));
+  return v;
+}
+
+std::vector<float> decode_mxfp4(const std::byte* blocks, const std::byte* scales, int64_t out, int64_t in,
+                                const Window& w) {
+  std::vector<float> dst(std::size_t(w.rows * w.cols));
+  dequantize_mxfp4(blocks, scales, out, in, w, dst.data());
+  return dst;
+}
+
+const std::byte* bytes_of(const std::vector<uint8_t>& v) { return reinterpret_cast<const std::byte*>(v.data()); }
+
+TEST(QuantFormats, Mxfp4EveryCodeAndScaleClass) {
+  // 8 rows of 2 blocks; each block holds every code in both nibble positions (byte j: low j,
+  // high 15 - j). Scale classes 0 (2^-127, subnormal: products down to 2^-128), 1, 126, 127, 128,
+  // 253 and 254 (products overflow to +-inf), 255 (NaN), each in two blocks.
+  const int64_t out = 8, in = 64;
+  std::vector<uint8_t> blocks(std::size_t(out * in / 2)), scales;
+  for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t((i % 16) | (15 - i % 16) << 4);
+  const uint8_t kClasses[] = {0, 1, 126, 127, 128, 253, 254, 255};
+  for (int64_t i = 0; i < out * in / 32; ++i) scales.push_back(kClasses[i % 8]);
+  const std::vector<float> want = naive_mxfp4(blocks, scales, out, in);
+  expect_same_bits(decode_mxfp4(bytes_of(blocks), bytes_of(scales), out, in, {0, out, 0, in}), want, "mxfp4 all codes");
+  // The formula's corners. Row r holds blocks of scales kClasses[2r], kClasses[2r + 1]; column c
+  // of a block is code c / 2 (even c) or 15 - c / 2 (odd c).
+  const auto at = [&](int64_t r, int64_t c) { return want[std::size_t(r * in + c)]; };
+  EXPECT_EQ(at(0, 2), std::ldexp(1.0f, -128));                // code 1 (0.5) at scale 0
+  EXPECT_TRUE(at(0, 16) == 0.0f && std::signbit(at(0, 16)));  // code 8: -0
+  EXPECT_EQ(at(0, 32 + 14), std::ldexp(6.0f, -126));           // code 7 at scale 1
+  EXPECT_EQ(at(1, 32 + 14), 6.0f);                             // scale 127: 2^0
+  EXPECT_EQ(at(2, 32 + 10), std::ldexp(3.0f, 126));            // scale 253, code 5: finite
+  EXPECT_EQ(at(2, 32 + 12), INFINITY);                         // scale 253, code 6 (4): 2^128
+  EXPECT_EQ(at(3, 6), std::ldexp(1.5f, 127));                  // scale 254, code 3: finite
+  EXPECT_EQ(at(3, 7), -INFINITY);                              // scale 254, code 12 (-2)
+  EXPECT_TRUE(std::isnan(at(3, 32)));                          // scale 255
+}
+
+TEST(QuantFormats, Mxfp4WindowsMatchTheFormula) {
+  // Random codes and scales, windows starting mid-block and mid-byte; misaligned input.
+  const int64_t out = 9, in = 128;
+  std::vector<uint8_t> blocks(std::size_t(out * in / 2)), scales(std::size_t(out * in / 32));
+  uint32_t state = 12345;
+  const auto next = [&] { return state = state * 1664525u + 1013904223u, uint8_t(state >> 24); };
+  for (auto& b : blocks) b = next();
+  for (auto& s : scales) s = next();
+  const std::vector<float> want = naive_mxfp4(blocks, scales, out, in);
+  for (const Window& w : test_windows(out, in, 1, 32)) {
+    expect_same_bits(decode_mxfp4(bytes_of(blocks), bytes_of(scales), out, in, w), crop(want, in, w),
+                     "mxfp4 " + describe(w));
+  }
+  const Window middle{3, 4, 40, 50};  // rows 3..6, columns 40..89: mid-block on both ends
+  expect_same_bits(decode_mxfp4(bytes_of(blocks), bytes_of(scales), out, in, middle), crop(want, in, middle),
+                   "mxfp4 " + describe(middle));
+  const Misaligned mb(bytes_of(blocks), blocks.size()), ms(bytes_of(scales), scales.size());
+  expect_same_bits(decode_mxfp4(mb.data(), ms.data(), out, in, {0, out, 0, in}), want, "misaligned mxfp4");
+}
+
 // ---- argument checks ----
 
 TEST(QuantFormats, RejectsWindowsOutsideTheMatrixAndEmptyBlocks) {
@@ -274,6 +354,14 @@ TEST(QuantFormats, RejectsWindowsOutsideTheMatrixAndEmptyBlocks) {
   EXPECT_THROW(int4({0, 4, 0, 6}, 0), Error);
   EXPECT_THROW(int4({0, 4, 0, 6}, -32), Error);
   EXPECT_THROW(int4({0, 4, 0, 6}, 2, DType::I32), Error);
+  const auto mxfp4 = [&](const Window& w, int64_t in = 64) {
+    dequantize_mxfp4(zeros.data(), zeros.data(), 2, in, w, dst);
+  };
+  EXPECT_NO_THROW(mxfp4({1, 1, 0, 64}));  // dst holds 64 floats
+  EXPECT_NO_THROW(mxfp4({1, 1, 33, 7}));
+  EXPECT_THROW(mxfp4({0, 2, 0, 48}, 48), Error);  // not whole blocks of 32
+  EXPECT_THROW(mxfp4({0, 3, 0, 64}), Error);
+  EXPECT_THROW(mxfp4({0, 1, 60, 5}), Error);
 }
 
 }  // namespace
