@@ -1,5 +1,7 @@
 #include "model/weights.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "core/failpoint.hpp"
 #include "core/stop_request.hpp"

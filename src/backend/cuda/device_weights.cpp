@@ -117,7 +117,7 @@ class Placer {
                            ceil_div(pc.col_phase + pc.cols, s_.block_cols);
         } else {
           pc.data_bytes = pc.rows * ceil_div(pc.cols, 8) * 4;
-          pc.scale_bytes = pc.rows * ceil_div(pc.cols, s_.group) * kernels::scale_bytes(st.scale);
+          pc.scale_bytes = pc.rows * ceil_div(pc.cols, s_.group) * kernels::scale_size(st.scale);
         }
         pc.stacked = p.expert;
         pc.data = res_.take<std::byte>(pc.data_bytes);
@@ -623,6 +623,11 @@ DeviceWeights DeviceWeights::random(const LocalShape& s, std::uint64_t seed, cud
         kernels::fill_random_fp8(reinterpret_cast<std::uint8_t*>(pc.data), pc.data_bytes, data_seed, stream);
         kernels::fill_uniform_f32(reinterpret_cast<float*>(pc.scales), pc.scale_bytes / 4, scale_seed, s0, 0.1f * s0,
                                   stream);
+      } else if (pc.storage.scale == kernels::ScaleType::E8M0) {
+        // MXFP4: uniform e2m1 codes (E[v^2] = 8.5625) under the power of two nearest the variance's scale.
+        const int exponent = int(std::lround(std::log2(std::sqrt(1.0 / (8.5625 * in)))));
+        kernels::fill_random_int4(reinterpret_cast<std::uint32_t*>(pc.data), pc.data_bytes / 4, data_seed, stream);
+        LT_CUDA_CHECK(cudaMemsetAsync(pc.scales, 127 + exponent, std::size_t(pc.scale_bytes), stream));
       } else {
         const float s0 = float(std::sqrt(1.0 / (kInt4Square * in)));
         kernels::fill_random_int4(reinterpret_cast<std::uint32_t*>(pc.data), pc.data_bytes / 4, data_seed, stream);
