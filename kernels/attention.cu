@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(kRefBlock)
   if (window > 0 && u - window + 1 > lo) lo = u - window + 1;
   __syncthreads();
 
-  float m = -INFINITY, l = 0.0f;
+  // A sink is a logit seen before the first key: the running max starts at it, the sum at its exp(0).
+  float m = a.sinks != nullptr ? a.sinks[h] : -INFINITY, l = a.sinks != nullptr ? 1.0f : 0.0f;
   float acc[kRefDimsPerThread] = {};
   for (std::int64_t j0 = lo; j0 <= u; j0 += kRefBlock) {
     const std::int64_t j = j0 + threadIdx.x;
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kRefBlock)
     const float m_new = fmaxf(m, block_max(s, scratch));  // finite: key j0 <= u is in the chunk
     const float pj = j <= u ? expf(s - m_new) : 0.0f;
     p[threadIdx.x] = pj;
-    const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf)
+    const float alpha = expf(m - m_new);  // 0 on the first chunk without a sink (m = -inf)
     l = l * alpha + block_sum(pj, scratch);
     m = m_new;
     const std::int64_t n = u - j0 + 1 < kRefBlock ? u - j0 + 1 : kRefBlock;
@@ -183,8 +184,11 @@ __global__ void __launch_bounds__(kFlashThreads)
   const std::int64_t lo0 = lowest_key(u0), lo1 = lowest_key(u1);
 
   float o[kND][4] = {};
-  float m0 = -INFINITY, m1 = -INFINITY;  // running row maxima of the scaled scores
-  float l0 = 0.0f, l1 = 0.0f;            // this thread's partial row sums
+  // Running row maxima of the scaled scores and this thread's partial row sums. A sink is a logit
+  // seen before the first key: the maxima start at it, and lane c = 0 of each row holds its exp(0).
+  const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+  float m0 = sink, m1 = sink;
+  float l0 = a.sinks != nullptr && c == 0 ? 1.0f : 0.0f, l1 = l0;
   const std::int64_t last_key = q1 - 1 + off;
   for (std::int64_t k0 = lowest_key(q0 + off); k0 <= last_key; k0 += kKeys) {
     // K and V tile (keys k0 .. k0+63) into shared memory, 16 bytes per access; keys past the
@@ -315,12 +319,12 @@ void check_layout(const void* ctx, const AttentionLayout& a, const void* pos, st
 
 // The stated work of one launch over T queries and T + key_offset key rows, per (pair, head) of
 // the attended pairs (unstated: T, one key per query). Bytes: q, k, v, pos once each (the key
-// rows that a sample's query tiles and a group's heads share hit L2), ctx written.
+// rows that a sample's query tiles and a group's heads share hit L2), sinks, ctx written.
 Work attention_work(const AttentionLayout& a, std::int64_t T, bool flash) {
   const double e = sizeof(__nv_bfloat16), pairs = double(a.attended_pairs > 0 ? a.attended_pairs : T) * double(a.hq);
   Work w;
   w.read = e * (double(T) * double(a.hq * a.qk_dim) + double(T + a.key_offset) * double(a.hkv * (a.qk_dim + a.v_dim))) +
-           4.0 * double(T);
+           4.0 * double(T) + (a.sinks != nullptr ? 4.0 * double(a.hq) : 0.0);
   w.written = e * double(T) * double(a.hq * a.v_dim);
   if (flash) {
     w.flops = 2 * pairs * double(a.qk_dim + a.v_dim);  // mma.sync S = Q K^T, O += P V (masked tile halves not counted)

@@ -22,7 +22,7 @@ namespace layertap::kernels {
 // 0 .. key_offset - 1) ahead of the batch's, and its first segment's positions continue from there.
 // attended_pairs: the batch's attended (query, key) pairs per head, count_attended_pairs(offsets,
 // key_offset, window); it only sizes the launch's stated work (kernels/work.hpp), 0 = not stated
-// (counted as T, one key per query).
+// (counted as T, one key per query). sinks: GPT-OSS's per-head sink logits (below), or null.
 struct AttentionLayout {
   const __nv_bfloat16* q = nullptr;
   std::int64_t q_row = 0;
@@ -34,6 +34,7 @@ struct AttentionLayout {
   float scale = 1.0f;
   std::int64_t key_offset = 0;
   std::int64_t attended_pairs = 0;
+  const float* sinks = nullptr;  // device float32 [hq], or null
 };
 
 // The dense decoders' fused projection qkv (T, (hq + 2 hkv) * hd), q heads then k heads then v
@@ -58,7 +59,9 @@ std::int64_t count_attended_pairs(const std::vector<std::int64_t>& offsets, std:
 //   keys  j in [lo, u],  lo = u0, or max(u0, u - window + 1) when window > 0 (HF sliding window:
 //         the last `window` positions, the query's own included)
 //   ctx[t, h*v_dim : (h+1)*v_dim] = bf16( sum_j softmax_j(scale * q_t . k_j) v_j )
-// with softmax and sums in float32.
+// with softmax and sums in float32. With sinks (GPT-OSS), head h's sink logit joins the softmax's
+// denominator and has no value: with s_j = scale * q_t . k_j and m = max(max_j s_j, sinks[h]),
+//   ctx[t, h*v_dim : (h+1)*v_dim] = bf16( sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sinks[h] - m)) )
 //
 //   ctx  (T, hq * v_dim)  bf16, written; qk_dim and v_dim at most 512
 //   pos  (T)              int32, position of each token within its sample

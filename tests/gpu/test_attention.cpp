@@ -1,6 +1,7 @@
 // kernels/attention.cu, both kernels, against the CPU backend's cpu::causal_attention on the same
 // (widened) bf16 q/k/v: packed batches with samples of 1..300 tokens (sizes on and off the flash
-// tile of 64), GQA group sizes 1..8, sliding windows, head_dim 8..256. Exit 77 without a GPU.
+// tile of 64), GQA group sizes 1..8, sliding windows, head_dim 8..256, kept keys of a sample in
+// flight (key_offset), and GPT-OSS's sinks. Exit 77 without a GPU.
 //
 // Tolerance, per element, with u = 2^-8 the unit roundoff of bf16 and v_max the largest |v|:
 //   reference: the only bf16 rounding is the output's, <= u |ref|. Both it and the CPU reference
@@ -13,6 +14,7 @@
 //              most u sum_j p_j |v_j| / sum_j p_j <= u v_max. Bound u |ref| + (u + 2e-4) v_max.
 // The normalized error is held to u + 2e-4 (reference) and 2u + 2e-4 (flash). A mask off by one
 // key moves outputs by ~v_max / n (> 3e-3 v_max for the n <= 300 keys here): far outside.
+// Sinks only add mass without value to the denominators, so every term above keeps its bound.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,48 +36,68 @@ namespace kernels = layertap::kernels;
 struct Case {
   std::vector<std::int64_t> lengths;
   std::int64_t hq, hkv, hd, window;
+  std::int64_t kept = 0;  // the first sample continues one with `kept` earlier keys (key_offset)
+  bool sinks = false;     // GPT-OSS's per-head sink logits
 };
 
 int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   std::vector<std::int64_t> offsets{0};
   for (const std::int64_t n : c.lengths) offsets.push_back(offsets.back() + n);
-  const std::int64_t T = offsets.back(), hd = c.hd, qd = c.hq * hd, kd = c.hkv * hd, row = qd + 2 * kd;
+  const std::int64_t T = offsets.back(), P = c.kept, hd = c.hd, qd = c.hq * hd, kd = c.hkv * hd, row = qd + 2 * kd;
   std::mt19937_64 rng(seed);
-  // Scores q.k / sqrt(hd) of order 1..3: softmax neither uniform nor one-hot.
-  const std::vector<bf16_bits> qkv = normal_bf16(rng, T * row, 1.3f);  // (T, (hq + 2hkv) hd)
+  // Scores q.k / sqrt(hd) of order 1..3: softmax neither uniform nor one-hot. Rows (P + T, (hq +
+  // 2hkv) hd): the kept rows' keys and values, then the batch's fused projection; the kept rows'
+  // q part is unused.
+  const std::vector<bf16_bits> qkv = normal_bf16(rng, (P + T) * row, 1.3f);
   std::vector<std::int32_t> pos(static_cast<std::size_t>(T));
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s)
-    for (std::int64_t t = offsets[s]; t < offsets[s + 1]; ++t) pos[std::size_t(t)] = std::int32_t(t - offsets[s]);
+    for (std::int64_t t = offsets[s]; t < offsets[s + 1]; ++t)
+      pos[std::size_t(t)] = std::int32_t(t - offsets[s] + (s == 0 ? P : 0));
+  // Sinks of the scores' order of size: some rows give them most of their mass.
+  std::vector<float> sinks;
+  if (c.sinks) {
+    std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+    for (std::int64_t h = 0; h < c.hq; ++h) sinks.push_back(d(rng));
+  }
 
-  // CPU reference on contiguous q (T, hq hd), k and v (T, hkv hd).
+  // CPU reference on contiguous q (T, hq hd), k and v (P + T, hkv hd); segment 0's keys are the
+  // kept ones and its own.
   const std::vector<float> in = widen(qkv);
-  std::vector<float> q(std::size_t(T * qd)), k(std::size_t(T * kd)), v(std::size_t(T * kd)), ref(std::size_t(T * qd));
+  std::vector<float> q(std::size_t(T * qd)), k(std::size_t((P + T) * kd)), v(std::size_t((P + T) * kd)),
+      ref(std::size_t(T * qd));
   double v_max = 0;
-  for (std::int64_t t = 0; t < T; ++t) {
-    for (std::int64_t i = 0; i < qd; ++i) q[std::size_t(t * qd + i)] = in[std::size_t(t * row + i)];
+  for (std::int64_t t = 0; t < P + T; ++t) {
+    if (t >= P)
+      for (std::int64_t i = 0; i < qd; ++i) q[std::size_t((t - P) * qd + i)] = in[std::size_t(t * row + i)];
     for (std::int64_t i = 0; i < kd; ++i) {
       k[std::size_t(t * kd + i)] = in[std::size_t(t * row + qd + i)];
       v[std::size_t(t * kd + i)] = in[std::size_t(t * row + qd + kd + i)];
       v_max = std::max(v_max, std::fabs(double(v[std::size_t(t * kd + i)])));
     }
   }
-  layertap::cpu::causal_attention(q.data(), k.data(), v.data(), ref.data(), offsets, c.hq, c.hkv, hd, c.window);
+  std::vector<std::int64_t> kv_offsets{0};
+  for (std::size_t s = 1; s < offsets.size(); ++s) kv_offsets.push_back(offsets[s] + P);
+  layertap::cpu::causal_attention(q.data(), offsets, k.data(), v.data(), kv_offsets, ref.data(),
+                                  {c.hq, c.hkv, hd, hd, 1.0f / std::sqrt(float(hd)), c.window,
+                                   c.sinks ? sinks.data() : nullptr});
 
-  Guarded<bf16_bits> d_qkv(T * row), d_ctx(T * qd);
+  Guarded<bf16_bits> d_qkv((P + T) * row), d_ctx(T * qd);
   Guarded<std::int32_t> d_pos(T);
+  Guarded<float> d_sinks(c.hq);
   d_qkv.upload(qkv);
   d_pos.upload(pos);
+  if (c.sinks) d_sinks.upload(sinks);
   const std::vector<std::int32_t> tiles = kernels::flash_query_tiles(offsets);
   Guarded<std::int32_t> d_tiles(std::int64_t(tiles.size()));
   d_tiles.upload(tiles);
 
-  const std::int64_t pairs = kernels::count_attended_pairs(offsets, 0, c.window);  // the launches' stated work
+  const std::int64_t pairs = kernels::count_attended_pairs(offsets, P, c.window);  // the launches' stated work
   int fails = 0;
   for (const bool flash : {false, true}) {
     char name[160];
-    std::snprintf(name, sizeof name, "%-9s T=%-4lld S=%zu hq=%lld hkv=%lld hd=%-3lld window=%lld",
+    std::snprintf(name, sizeof name, "%-9s T=%-4lld S=%zu hq=%lld hkv=%lld hd=%-3lld window=%lld kept=%lld%s",
                   flash ? "flash" : "reference", (long long)T, c.lengths.size(), (long long)c.hq, (long long)c.hkv,
-                  (long long)hd, (long long)c.window);
+                  (long long)hd, (long long)c.window, (long long)P, c.sinks ? " sinks" : "");
     if (flash && !kernels::flash_attention_supported(hd)) {
       std::printf("skip %s (flash: head_dim 64 or 128 on sm_80+ only)\n", name);
       continue;
@@ -83,7 +105,10 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
     poison_bf16(d_ctx);
     kernels::AttentionLayout layout =
         kernels::fused_qkv_layout(as_bf16(d_qkv.data()), c.hq, c.hkv, hd, 1.0f / std::sqrt(float(hd)));
+    layout.q += P * row;  // query t's row is P + t; its own key row is t + key_offset
+    layout.key_offset = P;
     layout.attended_pairs = pairs;
+    if (c.sinks) layout.sinks = d_sinks.data();
     if (flash) {
       kernels::attention_flash(as_bf16(d_ctx.data()), layout, d_pos.data(), d_tiles.data(),
                                std::int64_t(tiles.size()) / 2, T, c.window, stream);
@@ -97,7 +122,8 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
     for (std::size_t i = 0; i < ref.size(); ++i) bound[i] = kBf16Unit * std::fabs(double(ref[i])) + abs_part;
     const double norm_tol = (flash ? 2.0 : 1.0) * kBf16Unit + 2e-4;
     const std::int64_t damage =
-        d_ctx.guard_damage() + d_qkv.guard_damage() + d_pos.guard_damage() + d_tiles.guard_damage();
+        d_ctx.guard_damage() + d_qkv.guard_damage() + d_pos.guard_damage() + d_tiles.guard_damage() +
+        d_sinks.guard_damage();
     fails += report(name, compare(got, ref, &bound), norm_tol, damage, &got, &ref);
   }
   return fails;
@@ -170,6 +196,11 @@ int main() {
         {mixed, 8, 2, 8, 0},       {tiles, 4, 2, 64, 0},    {tiles, 4, 1, 64, 0},     {tiles, 8, 8, 64, 5},
         {tiles, 4, 2, 128, 0},     {tiles, 8, 1, 128, 100}, {tiles, 4, 4, 128, 64},   {{300}, 2, 1, 128, 0},
         {{300}, 2, 2, 64, 17},     {{1}, 2, 1, 128, 0},     {{300, 2}, 3, 3, 256, 0}, {{200}, 32, 8, 128, 0},
+        // kept keys of a sample in flight
+        {{65, 9}, 4, 2, 64, 0, 50}, {{3, 70}, 6, 2, 12, 5, 130},
+        // GPT-OSS's sinks (head_dim 64, GQA 8:1, sliding window 128 on alternate layers)
+        {mixed, 8, 2, 64, 0, 0, true}, {tiles, 8, 1, 64, 4, 0, true}, {{70, 5}, 4, 2, 64, 0, 100, true},
+        {{130, 3, 64}, 16, 2, 64, 128, 37, true}, {tiles, 4, 2, 128, 0, 0, true}, {mixed, 6, 2, 12, 3, 20, true},
     };
     std::uint64_t seed = 10001;
     for (const Case& c : cases) failures += run_case(c, seed++, stream);

@@ -64,6 +64,15 @@ std::size_t distinct_points(const CapturePlan& plan) {
   return std::size_t(std::unique(ids.begin(), ids.end()) - ids.begin());
 }
 
+// The swiglu kernel's descriptor of the model's MLP activation (gate and up split: [gate | up]).
+kernels::GateActivation gate_activation(const GatedActivation& a) {
+  using Kind = GatedActivation::Kind;
+  const auto kind = a.kind == Kind::Silu       ? kernels::GateActivation::Silu
+                    : a.kind == Kind::GeluTanh ? kernels::GateActivation::GeluTanh
+                                               : kernels::GateActivation::ClampedSwiglu;
+  return {kind, a.alpha, a.limit, false};
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights, DeviceAllReduce& comm,
@@ -349,7 +358,7 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   cost_scope(layer, "moe shared experts");
   if (Is > 0) {
     gemm_->linear(w.gate_up, w.h, m.shared_gate_up.w, nullptr, T, 2 * Is, H, s);  // (T, 2 Is)
-    kernels::swiglu(w.act, w.gate_up, T, Is, s);                                  // (T, Is)
+    kernels::swiglu(w.act, w.gate_up, T, Is, gate_activation(config_.activation), s);  // (T, Is)
     gemm_->linear(w.shared_out, w.act, m.shared_down.w, nullptr, T, H, Is, s);    // (T, H)
   }
   cost_scope(layer, "moe experts");
@@ -357,7 +366,8 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
     // One launch per projection for all of the rank's experts, the weights read as stored.
     const GroupedLayer& g = grouped_->layer(layer);
     kernels::grouped_gemm(w.gu_perm, w.x_perm, w.offsets, n, bound, 2 * Ie, H, g.gate_up, s);  // (rows, 2 Ie)
-    kernels::swiglu(w.act_perm, w.gu_perm, bound, Ie, s, w.offsets + n);                        // (rows, Ie)
+    kernels::swiglu(w.act_perm, w.gu_perm, bound, Ie, gate_activation(config_.activation), s,
+                    w.offsets + n);  // (rows, Ie)
     kernels::grouped_gemm(w.y_perm, w.act_perm, w.offsets, n, bound, H, Ie, g.down, s);         // (rows, H)
   } else {
     expanded_experts(l, layer, T, host_counts);
@@ -397,7 +407,8 @@ void CudaBackend::expanded_experts(const DeviceLayer& l, std::int64_t layer, std
       if (counts[e] > 0)
         gemm_->linear(w.gu_perm + r * 2 * Ie, w.x_perm + r * H, m.gate_up[std::size_t(e)].w, nullptr, counts[e], 2 * Ie,
                       H, s);  // (c, 2 Ie)
-    kernels::swiglu(w.act_perm + r0 * Ie, w.gu_perm + r0 * 2 * Ie, r1 - r0, Ie, s);  // (rows of the group, Ie)
+    kernels::swiglu(w.act_perm + r0 * Ie, w.gu_perm + r0 * 2 * Ie, r1 - r0, Ie, gate_activation(config_.activation),
+                    s);  // (rows of the group, Ie)
     for (std::int64_t e = e0, r = r0; e < e1; r += counts[e], ++e)
       if (counts[e] > 0)
         gemm_->linear(w.y_perm + r * H, w.act_perm + r * Ie, m.down[std::size_t(e)].w, nullptr, counts[e], H, Ie,
@@ -411,8 +422,7 @@ void CudaBackend::mlp_block(const DeviceLayer& l, std::int64_t T) {
   const Workspace& w = *ws_;
   const std::int64_t H = shape_.hidden, I = shape_.inter;
   gemm_->linear(w.gate_up, w.h, l.gate_up.w, l.gate_up.b, T, 2 * I, H, s);  // (T, 2I)
-  kernels::swiglu(w.act, w.gate_up, T, I, s, nullptr,
-                  config_.activation.kind == GatedActivation::Kind::GeluTanh);  // (T, I)
+  kernels::swiglu(w.act, w.gate_up, T, I, gate_activation(config_.activation), s);  // (T, I)
   gemm_->linear(w.delta, w.act, l.down.w, l.down.b, T, H, I, s);            // (T, H) partial sum
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
