@@ -266,7 +266,7 @@ void parse_mixtral_moe(const JsonFields& j, ModelConfig& c) {
   m.experts_per_token = j.integer_or("num_experts_per_tok", 2, 1, kMaxExperts);
   m.expert_intermediate_size = c.intermediate_size;
   m.norm_topk_prob = true;
-  m.names = {"block_sparse_moe.", "w1", "w3", "w2"};
+  m.names = {.block = "block_sparse_moe.", .gate = "w1", .up = "w3", .down = "w2"};
   LT_CHECK(m.experts_per_token <= m.num_experts, j.where(), ": num_experts_per_tok ", m.experts_per_token,
            " exceeds num_local_experts ", m.num_experts);
   c.moe_layers.assign(std::size_t(c.num_layers), true);

@@ -26,7 +26,8 @@ int64_t held_bytes(const ModelWeights& w) {
     n += std::visit(
         [](const auto& a) -> std::size_t {
           if constexpr (std::is_same_v<std::decay_t<decltype(a)>, AttentionWeights>)
-            return floats(a.q) + floats(a.k) + floats(a.v) + floats(a.o) + a.q_norm.size() + a.k_norm.size();
+            return floats(a.q) + floats(a.k) + floats(a.v) + floats(a.o) + a.q_norm.size() + a.k_norm.size() +
+                   a.sinks.size();
           else
             return floats(a.q) + floats(a.q_a) + a.q_a_norm.size() + floats(a.q_b) + floats(a.kv_a) +
                    a.kv_a_norm.size() + floats(a.kv_b) + floats(a.o);
