@@ -64,13 +64,14 @@ std::size_t distinct_points(const CapturePlan& plan) {
   return std::size_t(std::unique(ids.begin(), ids.end()) - ids.begin());
 }
 
-// The swiglu kernel's descriptor of the model's MLP activation (gate and up split: [gate | up]).
-kernels::GateActivation gate_activation(const GatedActivation& a) {
+// The swiglu kernel's descriptor of the model's MLP activation: gate and up split ([gate | up]),
+// or interleaved as GPT-OSS's routed experts store them.
+kernels::GateActivation gate_activation(const GatedActivation& a, bool interleaved = false) {
   using Kind = GatedActivation::Kind;
   const auto kind = a.kind == Kind::Silu       ? kernels::GateActivation::Silu
                     : a.kind == Kind::GeluTanh ? kernels::GateActivation::GeluTanh
                                                : kernels::GateActivation::ClampedSwiglu;
-  return {kind, a.alpha, a.limit, false};
+  return {kind, a.alpha, a.limit, interleaved};
 }
 
 }  // namespace
@@ -193,6 +194,8 @@ void CudaBackend::apply_probe(std::int64_t T) {
   const std::vector<float>& skew = p->routing_skew;
   if (!skew.empty()) {
     LT_CHECK(shape_.any_moe(), "cuda backend: routing skew on a model without MoE layers");
+    LT_CHECK(!shape_.router_bias, "cuda backend: routing skew on a model whose router has a bias (GPT-OSS) is not "
+             "supported; use uniform routing");
     LT_CHECK(std::int64_t(skew.size()) == shape_.experts, "cuda backend: routing skew of ", skew.size(),
              " values for ", shape_.experts, " experts");
     // Ordered before this forward's routing on the compute stream.
@@ -225,6 +228,7 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   // Whole samples: keys and values straight from the projection.
   kernels::AttentionLayout a = kernels::fused_qkv_layout(w.qkv, hq, hkv, hd, config_.attention_scale());
   a.attended_pairs = attended_pairs_[std::size_t(layer)];
+  a.sinks = l.sinks;
   const ChunkRows& c = chunk_;
   const std::int64_t row = 2 * hkv * hd;  // a kept K | V row
   const std::size_t e = sizeof(__nv_bfloat16);
@@ -337,7 +341,9 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
     // Router logits (T, E) in float32: bf16 h times the bf16 router (plus its low part), float32 sums.
     gemm_->linear_f32(w.logits, w.h, m.router, T, E, H, false, s);
     if (m.router_lo != nullptr) gemm_->linear_f32(w.logits, w.h, m.router_lo, T, E, H, true, s);
-    kernels::moe_route(shape_.route, w.logits, w.choice, m.score_bias, routing_skew_ ? w.logit_offset : nullptr,
+    // The router's bias (GPT-OSS) or the benchmark's skew is added to the logits first (never both).
+    kernels::moe_route(shape_.route, w.logits, w.choice, m.score_bias,
+                       m.router_bias != nullptr ? m.router_bias : routing_skew_ ? w.logit_offset : nullptr,
                        w.route_experts, w.route_weights, T, s);
   }
   if (w.host_routes != nullptr)  // the record of the choices, on the host after the forward
@@ -366,8 +372,8 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
     // One launch per projection for all of the rank's experts, the weights read as stored.
     const GroupedLayer& g = grouped_->layer(layer);
     kernels::grouped_gemm(w.gu_perm, w.x_perm, w.offsets, n, bound, 2 * Ie, H, g.gate_up, s);  // (rows, 2 Ie)
-    kernels::swiglu(w.act_perm, w.gu_perm, bound, Ie, gate_activation(config_.activation), s,
-                    w.offsets + n);  // (rows, Ie)
+    kernels::swiglu(w.act_perm, w.gu_perm, bound, Ie, gate_activation(config_.activation, shape_.experts_interleaved),
+                    s, w.offsets + n);  // (rows, Ie)
     kernels::grouped_gemm(w.y_perm, w.act_perm, w.offsets, n, bound, H, Ie, g.down, s);         // (rows, H)
   } else {
     expanded_experts(l, layer, T, host_counts);
@@ -405,14 +411,14 @@ void CudaBackend::expanded_experts(const DeviceLayer& l, std::int64_t layer, std
     weights_->dequantize_experts(layer, e0, e1, s);
     for (std::int64_t e = e0, r = r0; e < e1; r += counts[e], ++e)
       if (counts[e] > 0)
-        gemm_->linear(w.gu_perm + r * 2 * Ie, w.x_perm + r * H, m.gate_up[std::size_t(e)].w, nullptr, counts[e], 2 * Ie,
-                      H, s);  // (c, 2 Ie)
-    kernels::swiglu(w.act_perm + r0 * Ie, w.gu_perm + r0 * 2 * Ie, r1 - r0, Ie, gate_activation(config_.activation),
-                    s);  // (rows of the group, Ie)
+        gemm_->linear(w.gu_perm + r * 2 * Ie, w.x_perm + r * H, m.gate_up[std::size_t(e)].w,
+                      m.gate_up[std::size_t(e)].b, counts[e], 2 * Ie, H, s);  // (c, 2 Ie)
+    kernels::swiglu(w.act_perm + r0 * Ie, w.gu_perm + r0 * 2 * Ie, r1 - r0, Ie,
+                    gate_activation(config_.activation, shape_.experts_interleaved), s);  // (rows of the group, Ie)
     for (std::int64_t e = e0, r = r0; e < e1; r += counts[e], ++e)
       if (counts[e] > 0)
-        gemm_->linear(w.y_perm + r * H, w.act_perm + r * Ie, m.down[std::size_t(e)].w, nullptr, counts[e], H, Ie,
-                      s);  // (c, H)
+        gemm_->linear(w.y_perm + r * H, w.act_perm + r * Ie, m.down[std::size_t(e)].w, m.down[std::size_t(e)].b,
+                      counts[e], H, Ie, s);  // (c, H); GPT-OSS's expert biases in the epilogues
     r0 = r1;
   }
 }

@@ -9,7 +9,6 @@
 namespace layertap::cuda {
 
 std::string unsupported_parts(const ModelConfig& c) {
-  if (c.attention_sinks) return "GPT-OSS's attention sinks, MXFP4 experts and biases (not wired yet)";
 
   if (c.mla) {
     const MlaConfig& m = *c.mla;
