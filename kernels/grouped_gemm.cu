@@ -411,8 +411,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   cp_async_wait<0>();  // only empty groups remain; nothing in flight when the block ends
 
-  // ---- y = bf16(acc): rows 16 i + g (+8), columns warp * 32 + 8 j + 2c (+1)
+  // ---- y = bf16(acc) (+ bias): rows 16 i + g (+8), columns warp * 32 + 8 j + 2c (+1)
   const bool pairs = N % 2 == 0;  // 4-byte stores (y is 4-byte aligned, every row start too)
+  const bool biased = eparts[0].bias != nullptr;
+  const auto bias_at = [&](std::int64_t n) {
+    return __bfloat162float(eparts[n / a.part_rows].bias[n % a.part_rows]);
+  };
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -423,7 +427,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const std::int64_t col = n0 + warp * 32 + 8 * j + 2 * c;
-        const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+        float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+        if (biased) {  // the product rounded to bf16, then the bias added (transformers' two ops)
+          if (col < N) v0 = __bfloat162float(__float2bfloat16_rn(v0)) + bias_at(col);
+          if (col + 1 < N) v1 = __bfloat162float(__float2bfloat16_rn(v1)) + bias_at(col + 1);
+        }
         if (pairs && col < N) {
           *reinterpret_cast<std::uint32_t*>(yrow + col) = pack_bf16x2(v0, v1);
         } else {

@@ -4,6 +4,7 @@
 // back as bf16:
 //
 //   y[r, :] = bf16( sum_k x[r, k] * W_e[:, k] )   for every r in [offsets[e], offsets[e+1]), e in [0, n)
+//   (then bf16(y + b_e) where the expert's parts hold a bias, see GroupedWeightPart)
 //
 //   x        (max_rows, K) bf16, row-major; 4-byte aligned, K % 2 == 0 (rows of 2K bytes: every
 //            row 4-byte aligned). K by weight format: bf16 K % 2 == 0, FP8 K % 4 == 0, INT4
@@ -72,6 +73,9 @@ enum class GroupedFormat : std::int32_t { Bf16 = 0, Fp8Block = 1, Int4Group = 2 
 struct GroupedWeightPart {
   const void* data = nullptr;    // FP8 codes, INT4 words or bf16 values, (part_rows, K) as above
   const void* scales = nullptr;  // FP8 scale_inv or INT4 group scales (MXFP4: E8M0); null for bf16
+  // (part_rows) bf16 or null: the part's rows' bias (GPT-OSS's experts), added as transformers adds
+  // it to a bf16 product: y = bf16(bf16(sum) + bias). All parts of an expert have one, or none.
+  const __nv_bfloat16* bias = nullptr;
 };
 
 // How every expert's weight of one projection is stored (the same for all n experts).

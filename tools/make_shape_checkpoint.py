@@ -18,19 +18,21 @@ MoE layer (64 GB for the full model), 2.7 MB per DeepSeek-V3 MoE layer.
 Built-in layouts (--arch), config dicts of published models fed to the same generator as --config:
 kimi-k2.5 (INT4 experts), deepseek-v3 (FP8, 1 MTP layer), llama-3.1-70b, mixtral-8x7b
 (mistralai/Mixtral-8x7B-v0.1), glm-4.5 (zai-org/GLM-4.5, 1 MTP layer) and glm-4.5-air
-(zai-org/GLM-4.5-Air, 1 MTP layer). With --layers N the MTP layers follow, numbered from N.
+(zai-org/GLM-4.5-Air, 1 MTP layer), gpt-oss-120b and gpt-oss-20b (openai/gpt-oss-*, MXFP4
+experts). With --layers N the MTP layers follow, numbered from N.
 Architectures: Llama, Mistral, Mixtral (block_sparse_moe.experts.E.w1/w2/w3, as its checkpoint
 names them), Qwen2, Qwen3 (dense), Qwen3-MoE, Gemma-3 text (Gemma3ForCausalLM: four norms per layer), Glm4Moe (GLM-4.5/4.6/4.7; float32 correction bias, MTP
-layers of num_nextn_predict_layers), DeepseekV3 (incl. Kimi-K2 and the MTP layers of
+layers of num_nextn_predict_layers), GptOss (sinks, router bias, stacked MXFP4 experts with biases), DeepseekV3 (incl. Kimi-K2 and the MTP layers of
 num_nextn_predict_layers) and KimiK25ForConditionalGeneration (text model under
 language_model.model., plus a MoonViT vision tower and projector that layertap never reads).
-Formats: plain (torch_dtype), DeepSeek FP8 blocks (quant_method fp8) and compressed-tensors
-pack-quantized INT4 (targets / ignore matched as layertap does: `re:` entries with re.match,
+Formats: plain (torch_dtype), DeepSeek FP8 blocks (quant_method fp8), GPT-OSS's MXFP4 (quant_method
+mxfp4: the stacked experts only) and compressed-tensors pack-quantized INT4 (targets / ignore matched as layertap does: `re:` entries with re.match,
 others by exact name, target `Linear` matches every Linear).
 """
 import argparse
 import copy
 import json
+import math
 import os
 import re
 import struct
@@ -318,6 +320,52 @@ GLM_45_AIR = dict(
     use_qk_norm=False,
 )
 
+# config.json of openai/gpt-oss-120b (as published, rope and quantization keys verbatim; written
+# from memory of the Hub file, cross-checked against transformers' GptOssConfig): 36 layers
+# alternating sliding (128) and full attention, 128 experts of 2880 in MXFP4, top 4.
+# openai/gpt-oss-20b is the same at 24 layers and 32 experts.
+GPT_OSS_120B = {
+    "architectures": ["GptOssForCausalLM"],
+    "attention_bias": True,
+    "attention_dropout": 0.0,
+    "eos_token_id": 200002,
+    "experts_per_token": 4,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 2880,
+    "initial_context_length": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 2880,
+    "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(36)],
+    "max_position_embeddings": 131072,
+    "model_type": "gpt_oss",
+    "num_attention_heads": 64,
+    "num_experts_per_tok": 4,
+    "num_hidden_layers": 36,
+    "num_key_value_heads": 8,
+    "num_local_experts": 128,
+    "output_router_logits": False,
+    "pad_token_id": 199999,
+    "quantization_config": {
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                   "lm_head"],
+        "quant_method": "mxfp4",
+    },
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                     "rope_type": "yarn", "truncate": False},
+    "rope_theta": 150000,
+    "router_aux_loss_coef": 0.9,
+    "sliding_window": 128,
+    "swiglu_limit": 7.0,
+    "tie_word_embeddings": False,
+    "transformers_version": "4.55.0.dev0",
+    "use_cache": True,
+    "vocab_size": 201088,
+}
+GPT_OSS_20B = dict(GPT_OSS_120B, num_hidden_layers=24, num_local_experts=32,
+                   layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(24)])
+
 ARCHS = {
     "kimi-k2.5": KIMI_K25,
     "deepseek-v3": DEEPSEEK_V3,
@@ -325,13 +373,15 @@ ARCHS = {
     "mixtral-8x7b": MIXTRAL_8X7B,
     "glm-4.5": GLM_45,
     "glm-4.5-air": GLM_45_AIR,
+    "gpt-oss-120b": GPT_OSS_120B,
+    "gpt-oss-20b": GPT_OSS_20B,
 }
 
 # ---------------------------------------------------------------- dtypes
 
-DTYPE_SIZE = {"F8_E4M3": 1, "F16": 2, "BF16": 2, "I32": 4, "F32": 4, "I64": 8}
+DTYPE_SIZE = {"U8": 1, "F8_E4M3": 1, "F16": 2, "BF16": 2, "I32": 4, "F32": 4, "I64": 8}
 # safetensors lays tensors out by dtype (its enum order, descending), then by name.
-DTYPE_RANK = {"F8_E4M3": 7, "I16": 9, "F16": 11, "BF16": 12, "I32": 13, "F32": 15, "F64": 16, "I64": 17}
+DTYPE_RANK = {"U8": 4, "F8_E4M3": 7, "I16": 9, "F16": 11, "BF16": 12, "I32": 13, "F32": 15, "F64": 16, "I64": 17}
 TORCH_DTYPE = {None: "BF16", "bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 
@@ -345,6 +395,8 @@ def encode(value, dtype):
         (bits,) = struct.unpack("<I", struct.pack("<f", value))
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
         return struct.pack("<H", bits & 0xFFFF)
+    if dtype == "U8":  # an MXFP4 e8m0 scale: the power of two nearest `value`
+        return bytes([min(254, max(0, 127 + round(math.log2(value))))])
     raise SystemExit(f"cannot fill a {dtype} tensor with a float")
 
 
@@ -393,8 +445,10 @@ class Quant:
                     raise SystemExit("compressed-tensors: only 4-bit int group weights are supported")
                 self.groups.append((list(g.get("targets", [])), int(w["group_size"])))
             self.ignore = list(qc.get("ignore", []))
+        elif method == "mxfp4":  # GPT-OSS: only its stacked experts, which gpt_oss_text writes
+            self.kind = "mxfp4"
         else:
-            raise SystemExit(f"quant_method {method!r} is not supported (fp8, compressed-tensors)")
+            raise SystemExit(f"quant_method {method!r} is not supported (fp8, compressed-tensors, mxfp4)")
 
     @staticmethod
     def _matches(name, pattern):
@@ -589,6 +643,36 @@ def gqa_text(b, c, arch):
         b.plain_tensor("lm_head.weight", [vocab, hidden])
 
 
+def gpt_oss_text(b, c):
+    """GptOssForCausalLM as OpenAI publishes it: q/k/v/o biases, sinks [heads], a router with a bias,
+    and the routed experts stacked over experts: MXFP4 gate_up_proj (gate and up rows interleaved)
+    and down_proj as `_blocks` uint8 [E, out, in/32, 16] + `_scales` uint8 [E, out, in/32], their
+    biases bf16 [E, out]. (A dequantized checkpoint stores gate_up_proj [E, H, 2I] instead; layertap
+    refuses it.)"""
+    hidden, vocab, layers = _req(c, "hidden_size"), _req(c, "vocab_size"), _req(c, "num_hidden_layers")
+    inter, experts, heads = _req(c, "intermediate_size"), _req(c, "num_local_experts"), _req(c, "num_attention_heads")
+    mxfp4 = (c.get("quantization_config") or {}).get("quant_method") == "mxfp4"
+    if not mxfp4:
+        raise SystemExit("GptOssForCausalLM: only the published MXFP4 experts (quant_method mxfp4) are generated")
+    if hidden % 32 or inter % 32:
+        raise SystemExit("GptOssForCausalLM: MXFP4 needs hidden_size and intermediate_size divisible by 32")
+    b.plain_tensor("model.embed_tokens.weight", [vocab, hidden])
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        gqa_layer(b, c, p, "GptOssForCausalLM")
+        b.plain_tensor(p + "self_attn.sinks", [heads])
+        b.plain_tensor(p + "mlp.router.weight", [experts, hidden])
+        b.plain_tensor(p + "mlp.router.bias", [experts])
+        for proj, out, inp in (("gate_up_proj", 2 * inter, hidden), ("down_proj", hidden, inter)):
+            x = p + "mlp.experts." + proj
+            b.add(x + "_blocks", "U8", [experts, out, inp // 32, 16])
+            b.add(x + "_scales", "U8", [experts, out, inp // 32], "scale")
+            b.plain_tensor(x + "_bias", [experts, out])
+    b.norm("model.norm", hidden)
+    if not c.get("tie_word_embeddings", False):
+        b.plain_tensor("lm_head.weight", [vocab, hidden])
+
+
 def glm4_moe_layer(b, c, p, moe):
     """One Glm4Moe decoder layer: GQA with q/k/v biases (attention_bias) and, with use_qk_norm,
     per-head q_norm/k_norm; a dense MLP or a DeepSeek-style MoE whose correction bias is float32."""
@@ -643,7 +727,8 @@ def moonvit(b, v, text_hidden):
 
 GQA_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
              "Qwen3MoeForCausalLM", "Gemma3ForCausalLM")
-SUPPORTED = GQA_ARCHS + ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+SUPPORTED = GQA_ARCHS + ("Glm4MoeForCausalLM", "GptOssForCausalLM", "DeepseekV3ForCausalLM",
+                         "KimiK25ForConditionalGeneration")
 
 
 def text_config(config):
@@ -669,6 +754,8 @@ def tensor_list(config):
         gqa_text(b, c, arch)
     elif arch == "Glm4MoeForCausalLM":
         glm4_moe_text(b, c)
+    elif arch == "GptOssForCausalLM":
+        gpt_oss_text(b, c)
     elif arch == "DeepseekV3ForCausalLM":
         deepseek_text(b, c, "model.", "lm_head.weight")
     else:
@@ -701,6 +788,9 @@ def apply_overrides(config, layers=None, vocab=None):
             c["first_k_dense_replace"] = min(int(c.get("first_k_dense_replace", 1)), max(layers - 1, 0))
         if c.get("mlp_only_layers"):
             c["mlp_only_layers"] = [i for i in c["mlp_only_layers"] if i < layers]
+        if isinstance(c.get("layer_types"), list):  # Gemma-3, GPT-OSS: the pattern continued over the new count
+            types = c["layer_types"]
+            c["layer_types"] = [types[i % len(types)] for i in range(layers)]
     return config
 
 

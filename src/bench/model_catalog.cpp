@@ -143,6 +143,18 @@ const char* kGlm45 = R"json({
   "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false
 })json";
 
+// openai/gpt-oss-120b (layer_types left to their default, the published alternation).
+const char* kGptOss120B = R"json({
+  "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+  "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "attention_bias": true,
+  "num_local_experts": 128, "num_experts_per_tok": 4, "sliding_window": 128, "swiglu_limit": 7.0,
+  "vocab_size": 201088, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 150000,
+  "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
+                   "original_max_position_embeddings": 4096},
+  "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false,
+  "quantization_config": {"quant_method": "mxfp4"}
+})json";
+
 // `json` with its num_hidden_layers replaced by `layers` (> 0).
 std::string with_layers(std::string json, std::int64_t layers) {
   const std::string key = "\"num_hidden_layers\": ";
@@ -156,7 +168,7 @@ std::string with_layers(std::string json, std::int64_t layers) {
 
 std::vector<std::string> synthetic_model_names() {
   return {"llama3-8b", "llama3-70b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe",
-          "kimi-k2.5-mini", "mixtral-8x7b", "glm-4.5"};
+          "kimi-k2.5-mini", "mixtral-8x7b", "glm-4.5", "gpt-oss-120b"};
 }
 
 ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers) {
@@ -165,7 +177,7 @@ ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers)
       {"llama3-8b", kLlama3_8B},         {"llama3-70b", kLlama3_70B},       {"qwen3-8b", kQwen3_8B},
       {"tiny", kTiny},                   {"kimi-k2.5", kKimiK25},           {"deepseek-v3", kDeepseekV3},
       {"qwen3-30b-a3b", kQwen3_30B_A3B}, {"tiny-moe", kTinyMoe},            {"kimi-k2.5-mini", kKimiK25Mini},
-      {"mixtral-8x7b", kMixtral8x7B},    {"glm-4.5", kGlm45}};
+      {"mixtral-8x7b", kMixtral8x7B},    {"glm-4.5", kGlm45},               {"gpt-oss-120b", kGptOss120B}};
   if (const auto it = json.find(name); it != json.end()) {
     const std::string text = layers > 0 ? with_layers(it->second, layers) : std::string(it->second);
     return parse_model_config(text, "synthetic " + name);

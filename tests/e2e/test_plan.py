@@ -95,6 +95,23 @@ class Plan(unittest.TestCase):
                                  ["rank exit 3"] * 8, small.stdout[-3000:] + small.stderr[-3000:])
                 shutil.rmtree(model)
 
+    def test_gpt_oss_120b_plans_on_80_gib_cards(self):
+        # Its MXFP4 experts stay packed: an eighth of the 65 GB checkpoint per rank, and the bf16
+        # expansion of one group of experts at a time; refused where even that does not fit.
+        model = self.checkpoint("gpt-oss-120b", "--arch", "gpt-oss-120b")
+        r = self.extract(model, "--gpu-memory", "80")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        lines = self.device_lines(r.stdout)
+        self.assertEqual([v for _, _, v, _ in lines], ["fits"] * 8, r.stdout)
+        for need, _, _, _ in lines:
+            self.assertTrue(8.0 < float(need) < 40.0, need)
+        self.assertIn("packed FP8/INT4/MXFP4 with scales", r.stdout)
+        print(f"     gpt-oss-120b tp 8: device {lines[0][0]} GiB on rank 0 of 80")
+        small = self.extract(model, "--gpu-memory", "8", "--calibrate-batches", "0")
+        self.assertEqual(small.returncode, 3, small.stdout[-3000:] + small.stderr[-3000:])
+        self.assertIn("NOT enough device memory", small.stdout)
+        shutil.rmtree(model)
+
     def test_a_32k_sample_is_planned_in_chunks_on_80_gb_cards(self):
         # Kimi-K2.5 at full width, 4 layers: one sample of 32768 tokens beside short ones runs in
         # chunks of 4096; each rank's plan counts the kept latents and rope keys of the sample in

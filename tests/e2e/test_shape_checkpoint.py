@@ -22,7 +22,7 @@ import numpy as np
 
 from e2e_common import ARGS, read_safetensors_header, run_tests
 
-DTYPE_SIZE = {"F8_E4M3": 1, "F16": 2, "BF16": 2, "I32": 4, "F32": 4, "I64": 8}
+DTYPE_SIZE = {"U8": 1, "F8_E4M3": 1, "F16": 2, "BF16": 2, "I32": 4, "F32": 4, "I64": 8}
 # safetensors' Dtype enum order (it writes tensors by dtype, descending, then by name)
 DTYPE_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64",
                "I64", "U64"]
@@ -313,7 +313,8 @@ class ShapeCheckpoint(unittest.TestCase):
     def test_full_size_totals(self):
         for arch, lo, hi, tensors in (("kimi-k2.5", 550e9, 640e9, 208550), ("deepseek-v3", 650e9, 720e9, 91991),
                                       ("llama-3.1-70b", 135e9, 147e9, 723), ("mixtral-8x7b", 92e9, 95e9, 995),
-                                      ("glm-4.5", 705e9, 725e9, 44691), ("glm-4.5-air", 215e9, 226e9, 18329)):
+                                      ("glm-4.5", 705e9, 725e9, 44691), ("glm-4.5-air", 215e9, 226e9, 18329),
+                                      ("gpt-oss-120b", 64e9, 66e9, 687), ("gpt-oss-20b", 13.5e9, 14e9, 459)):
             with self.subTest(arch=arch):
                 ck = self.make("--arch", arch)
                 print(f"  {arch}: {ck.logical} bytes = {ck.logical / 1e9:.2f} GB logical, "
@@ -333,6 +334,12 @@ class ShapeCheckpoint(unittest.TestCase):
                     self.assertIn("model.layers.92.eh_proj.weight", ck.tensors)
                     self.assertIn("model.layers.92.mlp.experts.159.down_proj.weight", ck.tensors)
                     self.assertIn("model.layers.91.self_attn.k_norm.weight", ck.tensors)
+                if arch == "gpt-oss-120b":  # the experts stacked in MXFP4, one tensor per projection and part
+                    self.assertEqual(ck.tensors["model.layers.35.mlp.experts.gate_up_proj_blocks"][1:],
+                                     ("U8", [128, 5760, 90, 16]))
+                    self.assertEqual(ck.tensors["model.layers.0.mlp.experts.down_proj_scales"][1:],
+                                     ("U8", [128, 2880, 90]))
+                    self.assertIn("model.layers.0.self_attn.sinks", ck.tensors)
                 if arch == "glm-4.5-air":
                     self.assertIn("model.layers.46.shared_head.head.weight", ck.tensors)
                     self.assertNotIn("model.layers.47.input_layernorm.weight", ck.tensors)

@@ -107,6 +107,7 @@ int main() {
     layout("llama-3.1-70b", "llama3-70b", 4);
     layout("mixtral-8x7b", "mixtral-8x7b", 8);
     layout("glm-4.5", "glm-4.5", 8);
+    layout("gpt-oss-120b", "gpt-oss-120b", 8);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

@@ -65,6 +65,7 @@ struct Case {
   std::int64_t br = 128, bc = 128, rp = 0, cp = 0;             // FP8
   std::int64_t x_shift = 0;  // x starts this many bf16 past a 16-byte boundary (2: 4-byte aligned)
   bool one_hot = false;
+  bool bias = false;  // every part with a bias (GPT-OSS's experts): y = bf16(bf16(sum) + b)
 };
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -184,7 +185,10 @@ int run_case(const Case& cs, std::uint64_t seed, cudaStream_t stream) {
   // Weights: every part its own device allocation (as DeviceWeights' arena takes), the table of
   // parts on the device.
   std::vector<std::vector<float>> W(std::size_t(n), std::vector<float>(std::size_t(N * K)));
+  std::vector<std::vector<bf16_bits>> B(static_cast<std::size_t>(n));  // (N) each, with cs.bias
   std::vector<std::unique_ptr<Guarded<std::uint8_t>>> buffers;
+  std::vector<std::unique_ptr<Guarded<bf16_bits>>> bias_buffers;
+  std::uniform_real_distribution<float> bias_value(-0.5f, 0.5f);
   std::vector<kernels::GroupedWeightPart> table;
   for (std::int64_t e = 0; e < n; ++e) {
     for (std::int64_t p = 0; p < P; ++p) {
@@ -197,6 +201,14 @@ int run_case(const Case& cs, std::uint64_t seed, cudaStream_t stream) {
         buffers.push_back(std::make_unique<Guarded<std::uint8_t>>(std::int64_t(part.scales.size())));
         buffers.back()->upload(part.scales);
         d.scales = buffers.back()->data();
+      }
+      if (cs.bias) {
+        std::vector<bf16_bits> b(static_cast<std::size_t>(part_rows));
+        for (bf16_bits& v : b) v = layertap::float_to_bf16(bias_value(rng));
+        B[std::size_t(e)].insert(B[std::size_t(e)].end(), b.begin(), b.end());
+        bias_buffers.push_back(std::make_unique<Guarded<bf16_bits>>(part_rows));
+        bias_buffers.back()->upload(b);
+        d.bias = as_bf16(bias_buffers.back()->data());
       }
       table.push_back(d);
     }
@@ -274,7 +286,11 @@ int run_case(const Case& cs, std::uint64_t seed, cudaStream_t stream) {
         over += bad;
       } else {
         const double E = double(K) * 0x1p-23 * mag;
-        const double bound = half_ulp_bf16(std::fabs(ref) + E) + E;
+        double bound = half_ulp_bf16(std::fabs(ref) + E) + E;
+        if (cs.bias) {  // the rounded product plus the bias, rounded once more
+          ref += double(layertap::bf16_to_float(B[std::size_t(e)][std::size_t(c)]));
+          bound += half_ulp_bf16(std::fabs(ref) + bound);
+        }
         const double err = std::fabs(double(got) - ref);
         worst = std::max(worst, err / bound);
         bad = err > bound;
@@ -349,6 +365,13 @@ std::vector<Case> cases() {
     for (auto& c : counts) c = std::int64_t(rng() % 9);
     t.push_back(make_case("mxfp4: 32 experts of 0..8 rows, K 1440", F::Int4Group, S::E8M0, counts, 64, 1440, 2, 0, 1));
   }
+  // Expert biases (GPT-OSS): interleaved gate/up in one part, down; a ragged, odd N in 2 parts.
+  t.push_back(make_case("mxfp4 + bias: gate/up in 1 part, N 256, K 192", F::Int4Group, S::E8M0, {9, 0, 70, 1}, 256, 192, 1, 0, 3));
+  t.back().bias = true;
+  t.push_back(make_case("bf16 + bias: odd N 129 in 1 part, K 96", F::Bf16, S::BF16, {40, 2}, 129, 96, 1, 1, 2));
+  t.back().bias = true;
+  t.push_back(make_case("int4 + bias: 2 parts of 48, K 128", F::Int4Group, S::BF16, {33, 64}, 96, 128, 2, 0, 0));
+  t.back().bias = true;
   t.push_back(make_case("fp8 128x128: gate/up in 2 parts of 96 rows, K 256", F::Fp8Block, S::F32, {1, 63, 0, 100}, 192, 256, 2, 0, 6));
   t.push_back(make_case("fp8 K 200 partial block (4-byte copies), N 136", F::Fp8Block, S::F32, {65, 64, 2}, 136, 200, 1, 0, 1));
   t.push_back(make_case("fp8 row phase 32, K 320", F::Fp8Block, S::F32, {120, 30}, 72, 320, 1, 0, 0));

@@ -137,6 +137,7 @@ class Placer {
       // (its window's rows are all of them). A stacked expert's bias is its row of `module`_bias
       // [E, out].
       l.b = res_.take<bf16>(l.out);
+      l.biased = true;
       std::size_t at = 0;
       for (const LinearSlice* p : parts) {
         const std::size_t bytes = std::size_t(p->win.rows) * 2;

@@ -28,6 +28,7 @@ struct DeviceLinear {
   __nv_bfloat16* b = nullptr;  // (out) or null
   std::int64_t out = 0, in = 0;
   bool packed = false;  // w is in the scratch, filled from the layer's PackedPieces
+  bool biased = false;  // has a bias (b is null in a layout without memory)
 };
 
 // Rows of a DeviceLinear stored packed: one checkpoint module's window.

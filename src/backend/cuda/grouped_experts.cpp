@@ -47,7 +47,6 @@ Projection projection(const DeviceLayer& l, bool down) {
   };
   for (std::size_t e = 0; e < linears.size(); ++e) {
     const DeviceLinear& lin = linears[e];
-    if (lin.b != nullptr) return fail("have biases");
     const std::vector<const PackedPiece*> pieces =
         lin.packed ? pieces_of(l, std::int64_t(e), down) : std::vector<const PackedPiece*>{};
     kernels::GroupedWeights w;
@@ -55,7 +54,7 @@ Projection projection(const DeviceLayer& l, bool down) {
       w.format = kernels::GroupedFormat::Bf16;
       w.parts_per_expert = 1;
       w.part_rows = lin.out;
-      p.parts.push_back(Part{lin.w, nullptr});
+      p.parts.push_back(Part{lin.w, nullptr, lin.b});
     } else {
       if (pieces.empty()) return fail("are packed but no stored piece was found");
       const PackedPiece& f = *pieces.front();
@@ -69,11 +68,14 @@ Projection projection(const DeviceLayer& l, bool down) {
       w.col_phase = f.col_phase;
       w.group = f.group;
       w.scale_type = f.storage.scale;
+      std::int64_t bias_row = 0;
       for (const PackedPiece* pc : pieces) {
         if (pc->rows != f.rows || pc->cols != lin.in || pc->storage.kind != f.storage.kind ||
             pc->storage.scale != f.storage.scale || pc->row_phase != f.row_phase || pc->col_phase != f.col_phase)
           return fail("are stored in pieces of different shapes, formats or phases");
-        p.parts.push_back(Part{pc->data, pc->scales});
+        // The piece's rows of the expert's bias (its pieces fill the rows in order).
+        p.parts.push_back(Part{pc->data, pc->scales, lin.b != nullptr ? lin.b + bias_row : nullptr});
+        bias_row += pc->rows;
       }
       if (w.part_rows * w.parts_per_expert != lin.out) return fail("have pieces that do not cover their rows");
       if (w.format == kernels::GroupedFormat::Int4Group && w.group % 32 != 0)
@@ -90,6 +92,7 @@ Projection projection(const DeviceLayer& l, bool down) {
     if (lin.in % k_multiple != 0)
       return fail(cat("have ", lin.in, " input features (the grouped GEMM takes multiples of ", k_multiple,
                       " in this format)"));
+    if (lin.biased != linears.front().biased) return fail("differ in having biases");
     if (e == 0) {
       p.w = w;
     } else if (w.format != p.w.format || w.parts_per_expert != p.w.parts_per_expert || w.part_rows != p.w.part_rows ||

@@ -13,7 +13,7 @@
 namespace layertap::cuda {
 
 // Why the grouped GEMM cannot read this rank's routed experts as they are stored ("" when it can,
-// or when there are none): experts of mixed formats, expert biases, shapes or block phases the
+// or when there are none): experts of mixed formats or biases, shapes or block phases the
 // kernel refuses (kernels/grouped_gemm.cuh). `w` may be a layout (DeviceWeights::layout).
 std::string grouped_experts_problem(const DeviceWeights& w, const LocalShape& shape);
 

@@ -97,7 +97,7 @@ std::string describe_device_plan(const MemoryPlan& p, const LocalShape& s, std::
   const std::int64_t most = max_tokens_that_fit(p, free_bytes, o);
   std::string r;
   r += cat("  weights    ", gib(p.weight_bytes), " resident (", gib(p.weight_bytes - p.packed_bytes), " bf16",
-           p.packed_bytes > 0 ? cat(", ", gib(p.packed_bytes), " packed FP8/INT4 with scales") : std::string(), ")\n");
+           p.packed_bytes > 0 ? cat(", ", gib(p.packed_bytes), " packed FP8/INT4/MXFP4 with scales") : std::string(), ")\n");
   if (p.scratch_bytes > 0) r += cat("  scratch    ", gib(p.scratch_bytes), " (", scratch_parts(p), ")\n");
   else if (p.experts_grouped) r += "  scratch    none (the routed experts are read as stored by the grouped GEMM)\n";
   r += cat("  workspace  ", gib(p.workspace_bytes), " at ", o.max_batch_tokens, " tokens (", p.per_token_bytes / 1024,
