@@ -78,7 +78,8 @@ class SimulatedGpu(unittest.TestCase):
     def test_moe_quantized_and_new_families_tp2(self):
         for model, split in [("deepseek_v3_fp8", "experts"), ("kimi_k25_int4", "intermediate"),
                              ("kimi_k25_int4", "experts"), ("qwen3_moe", "experts"), ("qwen3_moe", "intermediate"),
-                             ("mixtral_swa", "experts"), ("glm4_moe", "intermediate"), ("gemma3", "experts")]:
+                             ("mixtral_swa", "experts"), ("glm4_moe", "intermediate"), ("gemma3", "experts"),
+                             ("gpt_oss", "intermediate")]:
             with self.subTest(model=model, split=split):
                 out = self.tmp / f"{model}-{split}"
                 self.run_ok(out, model, 2, "--backend", "cuda", "--tp", "2", "--moe-split", split)
