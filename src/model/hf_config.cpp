@@ -442,6 +442,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
 
   c.sliding_window.assign(std::size_t(c.num_layers), 0);
+  c.attention_chunk.assign(std::size_t(c.num_layers), 0);
+  c.rope_layer.assign(std::size_t(c.num_layers), true);
   c.layer_rope.assign(std::size_t(c.num_layers), c.rope);
   if (family.ffn == Ffn::GptOssMoe) {
     parse_gpt_oss(j, c);

@@ -113,6 +113,19 @@ struct ModelConfig {
   // probability mass, attending to nothing).
   bool attention_sinks = false;
   std::vector<int64_t> sliding_window;  // [L] per layer; 0 = full causal attention
+  // [L] Llama-4's chunked attention: a query sees only the keys of its own chunk of this many
+  // positions (position / chunk equal); 0 = none.
+  std::vector<int64_t> attention_chunk;
+  // [L] Llama-4's NoPE layers: false = no RoPE; their queries are scaled by the temperature
+  // log1p(floor((position + 1) / floor_scale)) * attn_scale + 1 when attn_temperature_tuning.
+  std::vector<bool> rope_layer;
+  struct Temperature {
+    bool on = false;
+    double floor_scale = 8192, attn_scale = 0.1;
+  } nope_temperature;
+  // Llama-4's use_qk_norm: q and k of the RoPE layers divided by their RMS (no weight, eps
+  // rms_norm_eps) after RoPE.
+  bool qk_l2_norm = false;
   // GQA scores are scaled by query_pre_attn_scalar^-0.5 when set (Gemma-3), else head_dim^-0.5.
   double query_pre_attn_scalar = 0;
   // Norms and activations (Gemma-3 differs in each): every RMSNorm weight w is applied as

@@ -22,7 +22,7 @@ void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t co
     double ss = 0.0;  // accumulated in double: the float32 result is then correctly rounded
     for (int64_t c = 0; c < cols; ++c) ss += double(xr[c]) * double(xr[c]);
     const float inv = 1.0f / std::sqrt(float(ss / double(cols)) + eps);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = (weight_offset + w[c]) * (xr[c] * inv);
+    for (int64_t c = 0; c < cols; ++c) yr[c] = w != nullptr ? (weight_offset + w[c]) * (xr[c] * inv) : xr[c] * inv;
   }
 }
 

@@ -14,7 +14,8 @@ namespace layertap::cpu {
 void set_num_threads(int threads);
 
 // y[r, :] = (weight_offset + w) * (x[r, :] / sqrt(mean(x[r, :]^2) + eps)); rows x cols, y may
-// alias x. Gemma's norms hold w and apply (1 + w): weight_offset 1.
+// alias x. Gemma's norms hold w and apply (1 + w): weight_offset 1. w null: no weight (Llama-4's
+// L2 norm of q and k).
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps,
               float weight_offset = 0);
 
