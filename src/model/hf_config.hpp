@@ -62,6 +62,7 @@ struct MoeConfig {
     SigmoidGroupedTopk,  // DeepSeek noaux_tc (also GLM-4.5): sigmoid, bias for selection, group-limited top-k
     SoftmaxTopk,         // Qwen3-MoE, Mixtral (renormalised)
     TopkSoftmax,         // GPT-OSS: the top-k of the logits, softmax over those k
+    TopkSigmoid,         // Llama-4: the top-k of the logits, the sigmoid of each
   };
   Routing routing = Routing::SoftmaxTopk;
   int64_t num_experts = 0;
@@ -74,6 +75,9 @@ struct MoeConfig {
   bool score_bias = false;   // e_score_correction_bias present
   bool router_bias = false;  // the router Linear has a bias (GPT-OSS)
   bool expert_bias = false;  // the routed experts' projections have biases (GPT-OSS)
+  // Llama-4: the routing weight scales the expert's input (bf16(h * w)), its output is summed
+  // unweighted; every other family weights the output.
+  bool weight_input = false;
   MoeTensorNames names;
 };
 
