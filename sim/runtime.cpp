@@ -725,9 +725,10 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
   return sticky(dev);
 }
 
-// cudaMemcpy2DAsync between device buffers (the backend's strided row copies): `height` rows of
-// `width` bytes, rows `dpitch` / `spitch` bytes apart. Each side's whole span must lie in one
-// allocation; the rows must not overlap (CUDA leaves overlapping copies undefined).
+// cudaMemcpy2DAsync between device buffers (the backend's strided row copies) or from host memory
+// to a device (the loader's transposed weights): `height` rows of `width` bytes, rows `dpitch` /
+// `spitch` bytes apart. Each side's whole span must lie in one allocation (a host side may be
+// pageable); the rows must not overlap (CUDA leaves overlapping copies undefined).
 cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
                     std::size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
   const std::string call = std::string("cudaMemcpy2DAsync(") + kind_name(kind) + ", " + std::to_string(height) +
@@ -739,12 +740,13 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
   if (width == 0 || height == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return misuse(cudaErrorInvalidValue, call, "null pointer");
   if (width > dpitch || width > spitch) return misuse(cudaErrorInvalidPitchValue, call, "width exceeds a pitch");
-  if (!device_side(kind, true, dst) || !device_side(kind, false, src))
-    return misuse(cudaErrorNotSupported, call, "the simulator runs 2D copies between device buffers only");
+  if (!device_side(kind, true, dst) || (kind != cudaMemcpyHostToDevice && !device_side(kind, false, src)))
+    return misuse(cudaErrorNotSupported, call,
+                  "the simulator runs 2D copies between device buffers and from the host to a device only");
   const std::size_t dspan = dpitch * (height - 1) + width, sspan = spitch * (height - 1) + width;
   AllocationRef da, sa;
   if (!check_range(dst, dspan, true, dev.index, call.c_str(), "destination", da) ||
-      !check_range(src, sspan, true, dev.index, call.c_str(), "source", sa))
+      !check_range(src, sspan, device_side(kind, false, src), dev.index, call.c_str(), "source", sa))
     return last_error;
   const auto* d0 = static_cast<const std::byte*>(dst);
   const auto* s0 = static_cast<const std::byte*>(src);
@@ -755,7 +757,7 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
   {
     Call c;
     c.kind = CallKind::Copy;
-    c.name = "cudaMemcpy2DAsync(DeviceToDevice)";
+    c.name = std::string("cudaMemcpy2DAsync(") + kind_name(kind) + ")";
     c.work.read = c.work.written = double(width * height);
     c.stream = s->id;
     record(dev, std::move(c));
@@ -763,11 +765,23 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
   if (dev.cost_only) return cudaSuccess;
   Op op;
   op.what = call + " on stream " + std::to_string(s->id);
-  op.uses = {da, sa};
-  op.run = [dst, dpitch, src, spitch, width, height] {
-    for (std::size_t r = 0; r < height; ++r)
-      std::memcpy(static_cast<std::byte*>(dst) + r * dpitch, static_cast<const std::byte*>(src) + r * spitch, width);
-  };
+  op.uses = {da};
+  if (sa) op.uses.push_back(sa);
+  if (kind == cudaMemcpyHostToDevice) {
+    // A host source: what it holds at the call is what the device receives (the loader refills a
+    // staging slot only after the copy's event).
+    auto snapshot = std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(src),
+                                                             static_cast<const std::byte*>(src) + sspan);
+    op.run = [dst, dpitch, snapshot, spitch, width, height] {
+      for (std::size_t r = 0; r < height; ++r)
+        std::memcpy(static_cast<std::byte*>(dst) + r * dpitch, snapshot->data() + r * spitch, width);
+    };
+  } else {
+    op.run = [dst, dpitch, src, spitch, width, height] {
+      for (std::size_t r = 0; r < height; ++r)
+        std::memcpy(static_cast<std::byte*>(dst) + r * dpitch, static_cast<const std::byte*>(src) + r * spitch, width);
+    };
+  }
   s->enqueue(std::move(op));
   return sticky(dev);
 }

@@ -726,11 +726,13 @@ def generate(out):
     assert [m["index"] for m in late] == [15], "gemma3 is model number 15"
     import gpt_oss_fixture  # GPT-OSS (MXFP4 experts), model number 16
     gpt_oss = gpt_oss_fixture.make(sys.modules[__name__], 16, out / "models" / gpt_oss_fixture.NAME, golden)
+    import llama4_fixture  # Llama-4 text, model number 17
+    llama4 = llama4_fixture.make(sys.modules[__name__], 17, out / "models" / llama4_fixture.NAME, golden)
 
     (out / "VERSIONS.json").write_text(json.dumps(vers, indent=2) + "\n")
     by_name = {m["name"]: m for m in late}
     write_readme(out, vers, models + late, moe_fixtures.readme_section(moe) + gemma3_section(by_name["gemma3"])
-                 + gpt_oss_fixture.readme_section(gpt_oss))
+                 + gpt_oss_fixture.readme_section(gpt_oss) + llama4_fixture.readme_section(llama4))
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out} ({total / 2**20:.2f} MiB)")
 
@@ -738,8 +740,10 @@ def generate(out):
 def generate_only(out, names):
     """generate() in a temporary directory; copy models/<name> of `names`, README.md and VERSIONS.json to `out`."""
     import gpt_oss_fixture
+    import llama4_fixture
     import moe_fixtures
-    known = list(MODELS) + list(moe_fixtures.MOE_MODELS) + list(LATE_MODELS) + [gpt_oss_fixture.NAME]
+    known = list(MODELS) + list(moe_fixtures.MOE_MODELS) + list(LATE_MODELS) + [gpt_oss_fixture.NAME,
+                                                                                 llama4_fixture.NAME]
     unknown = [n for n in names if n not in known]
     if unknown:
         sys.exit(f"unknown fixture(s) {unknown}; known: {known}")

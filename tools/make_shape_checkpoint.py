@@ -19,10 +19,13 @@ Built-in layouts (--arch), config dicts of published models fed to the same gene
 kimi-k2.5 (INT4 experts), deepseek-v3 (FP8, 1 MTP layer), llama-3.1-70b, mixtral-8x7b
 (mistralai/Mixtral-8x7B-v0.1), glm-4.5 (zai-org/GLM-4.5, 1 MTP layer) and glm-4.5-air
 (zai-org/GLM-4.5-Air, 1 MTP layer), gpt-oss-120b and gpt-oss-20b (openai/gpt-oss-*, MXFP4
-experts). With --layers N the MTP layers follow, numbered from N.
+experts), llama-4-scout and llama-4-maverick (meta-llama/Llama-4-*-Instruct's text model, bf16;
+the vision tower left out). With --layers N the MTP layers follow, numbered from N.
 Architectures: Llama, Mistral, Mixtral (block_sparse_moe.experts.E.w1/w2/w3, as its checkpoint
 names them), Qwen2, Qwen3 (dense), Qwen3-MoE, Gemma-3 text (Gemma3ForCausalLM: four norms per layer), Glm4Moe (GLM-4.5/4.6/4.7; float32 correction bias, MTP
-layers of num_nextn_predict_layers), GptOss (sinks, router bias, stacked MXFP4 experts with biases), DeepseekV3 (incl. Kimi-K2 and the MTP layers of
+layers of num_nextn_predict_layers), GptOss (sinks, router bias, stacked MXFP4 experts with biases),
+Llama4 (Llama4ForCausalLM, and Llama4ForConditionalGeneration's text model under language_model.model.;
+stacked bf16 experts stored x @ W), DeepseekV3 (incl. Kimi-K2 and the MTP layers of
 num_nextn_predict_layers) and KimiK25ForConditionalGeneration (text model under
 language_model.model., plus a MoonViT vision tower and projector that layertap never reads).
 Formats: plain (torch_dtype), DeepSeek FP8 blocks (quant_method fp8), GPT-OSS's MXFP4 (quant_method
@@ -366,6 +369,54 @@ GPT_OSS_120B = {
 GPT_OSS_20B = dict(GPT_OSS_120B, num_hidden_layers=24, num_local_experts=32,
                    layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(24)])
 
+# config.json of meta-llama/Llama-4-Scout-17B-16E-Instruct, the text model's keys (written from
+# memory of the Hub file, cross-checked against transformers' Llama4TextConfig): 48 layers, all
+# MoE (16 experts of 8192, top 1, a shared expert), every 4th layer NoPE, chunks of 8192 on the
+# RoPE layers, llama3 RoPE with equal low/high factors. The vision tower is left out (never read).
+_LLAMA4_SCOUT_TEXT = {
+    "attention_bias": False,
+    "attention_chunk_size": 8192,
+    "attn_scale": 0.1,
+    "attn_temperature_tuning": 4,
+    "floor_scale": 8192,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 5120,
+    "interleave_moe_layer_step": 1,
+    "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384,
+    "max_position_embeddings": 10485760,
+    "model_type": "llama4_text",
+    "no_rope_layers": [0 if (i + 1) % 4 == 0 else 1 for i in range(48)],
+    "num_attention_heads": 40,
+    "num_experts_per_tok": 1,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 8,
+    "num_local_experts": 16,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16",
+    "use_qk_norm": True,
+    "vocab_size": 202048,
+}
+LLAMA4_SCOUT = {
+    "architectures": ["Llama4ForConditionalGeneration"],
+    "boi_token_index": 200080,
+    "eoi_token_index": 200081,
+    "image_token_index": 200092,
+    "model_type": "llama4",
+    "text_config": _LLAMA4_SCOUT_TEXT,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0.dev0",
+}
+# meta-llama/Llama-4-Maverick-17B-128E-Instruct: the same width, 128 experts on every other layer
+# (dense layers of intermediate_size_mlp between), no q/k norm, no RoPE scaling.
+LLAMA4_MAVERICK = dict(LLAMA4_SCOUT, text_config=dict(
+    _LLAMA4_SCOUT_TEXT, num_local_experts=128, interleave_moe_layer_step=2, use_qk_norm=False, rope_scaling=None))
+
 ARCHS = {
     "kimi-k2.5": KIMI_K25,
     "deepseek-v3": DEEPSEEK_V3,
@@ -375,6 +426,8 @@ ARCHS = {
     "glm-4.5-air": GLM_45_AIR,
     "gpt-oss-120b": GPT_OSS_120B,
     "gpt-oss-20b": GPT_OSS_20B,
+    "llama-4-scout": LLAMA4_SCOUT,
+    "llama-4-maverick": LLAMA4_MAVERICK,
 }
 
 # ---------------------------------------------------------------- dtypes
@@ -673,6 +726,32 @@ def gpt_oss_text(b, c):
         b.plain_tensor("lm_head.weight", [vocab, hidden])
 
 
+def llama4_text(b, c, prefix, lm_head):
+    """Llama-4's text model as Meta publishes it: GQA (no q/k norm weights: the norm has none), a MoE
+    feed_forward (router without bias; experts stacked x @ W: gate_up_proj [E, H, 2I], down_proj
+    [E, I, H]; shared_expert) on the layers of moe_layers / interleave_moe_layer_step, dense
+    feed_forward of intermediate_size_mlp on the others."""
+    hidden, vocab, layers = _req(c, "hidden_size"), _req(c, "vocab_size"), _req(c, "num_hidden_layers")
+    inter, experts = _req(c, "intermediate_size"), _req(c, "num_local_experts")
+    inter_mlp = int(c.get("intermediate_size_mlp") or 16384)
+    step = int(c.get("interleave_moe_layer_step") or 1)
+    moe = set(c["moe_layers"]) if c.get("moe_layers") is not None else set(range(step - 1, layers, step))
+    b.plain_tensor(prefix + "embed_tokens.weight", [vocab, hidden])
+    for i in range(layers):
+        p = f"{prefix}layers.{i}."
+        gqa_layer(b, c, p, "Llama4ForCausalLM")
+        if i in moe:
+            b.plain_tensor(p + "feed_forward.router.weight", [experts, hidden])
+            b.plain_tensor(p + "feed_forward.experts.gate_up_proj", [experts, hidden, 2 * inter])
+            b.plain_tensor(p + "feed_forward.experts.down_proj", [experts, inter, hidden])
+            b.mlp(p + "feed_forward.shared_expert", hidden, inter)
+        else:
+            b.mlp(p + "feed_forward", hidden, inter_mlp)
+    b.norm(prefix + "norm", hidden)
+    if not c.get("tie_word_embeddings", False):
+        b.plain_tensor(lm_head, [vocab, hidden])
+
+
 def glm4_moe_layer(b, c, p, moe):
     """One Glm4Moe decoder layer: GQA with q/k/v biases (attention_bias) and, with use_qk_norm,
     per-head q_norm/k_norm; a dense MLP or a DeepSeek-style MoE whose correction bias is float32."""
@@ -727,14 +806,16 @@ def moonvit(b, v, text_hidden):
 
 GQA_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
              "Qwen3MoeForCausalLM", "Gemma3ForCausalLM")
-SUPPORTED = GQA_ARCHS + ("Glm4MoeForCausalLM", "GptOssForCausalLM", "DeepseekV3ForCausalLM",
-                         "KimiK25ForConditionalGeneration")
+SUPPORTED = GQA_ARCHS + ("Glm4MoeForCausalLM", "GptOssForCausalLM", "Llama4ForCausalLM",
+                         "Llama4ForConditionalGeneration", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+WRAPPERS = ("KimiK25ForConditionalGeneration", "Llama4ForConditionalGeneration")  # text model under text_config
 
 
 def text_config(config):
-    if (config.get("architectures") or [None])[0] == "KimiK25ForConditionalGeneration":
+    arch = (config.get("architectures") or [None])[0]
+    if arch in WRAPPERS:
         if not isinstance(config.get("text_config"), dict):
-            raise SystemExit("KimiK25ForConditionalGeneration config without text_config")
+            raise SystemExit(f"{arch} config without text_config")
         return config["text_config"]
     return config
 
@@ -756,6 +837,10 @@ def tensor_list(config):
         glm4_moe_text(b, c)
     elif arch == "GptOssForCausalLM":
         gpt_oss_text(b, c)
+    elif arch == "Llama4ForCausalLM":
+        llama4_text(b, c, "model.", "lm_head.weight")
+    elif arch == "Llama4ForConditionalGeneration":
+        llama4_text(b, c, "language_model.model.", "language_model.lm_head.weight")
     elif arch == "DeepseekV3ForCausalLM":
         deepseek_text(b, c, "model.", "lm_head.weight")
     else:
@@ -788,9 +873,10 @@ def apply_overrides(config, layers=None, vocab=None):
             c["first_k_dense_replace"] = min(int(c.get("first_k_dense_replace", 1)), max(layers - 1, 0))
         if c.get("mlp_only_layers"):
             c["mlp_only_layers"] = [i for i in c["mlp_only_layers"] if i < layers]
-        if isinstance(c.get("layer_types"), list):  # Gemma-3, GPT-OSS: the pattern continued over the new count
-            types = c["layer_types"]
-            c["layer_types"] = [types[i % len(types)] for i in range(layers)]
+        for key in ("layer_types", "no_rope_layers"):  # Gemma-3, GPT-OSS, Llama-4: the pattern continued
+            if isinstance(c.get(key), list):
+                values = c[key]
+                c[key] = [values[i % len(values)] for i in range(layers)]
     return config
 
 

@@ -155,6 +155,19 @@ const char* kGptOss120B = R"json({
   "quantization_config": {"quant_method": "mxfp4"}
 })json";
 
+// meta-llama/Llama-4-Scout-17B-16E-Instruct's text model (the multimodal wrapper's text_config).
+const char* kLlama4Scout = R"json({
+  "architectures": ["Llama4ForConditionalGeneration"], "image_token_index": 200092, "text_config": {
+  "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_hidden_layers": 48,
+  "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "num_local_experts": 16,
+  "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "attention_chunk_size": 8192, "use_qk_norm": true,
+  "attn_temperature_tuning": true, "floor_scale": 8192, "attn_scale": 0.1, "vocab_size": 202048,
+  "max_position_embeddings": 10485760, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+  "rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192},
+  "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false}
+})json";
+
 // `json` with its num_hidden_layers replaced by `layers` (> 0).
 std::string with_layers(std::string json, std::int64_t layers) {
   const std::string key = "\"num_hidden_layers\": ";
@@ -168,7 +181,7 @@ std::string with_layers(std::string json, std::int64_t layers) {
 
 std::vector<std::string> synthetic_model_names() {
   return {"llama3-8b", "llama3-70b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe",
-          "kimi-k2.5-mini", "mixtral-8x7b", "glm-4.5", "gpt-oss-120b"};
+          "kimi-k2.5-mini", "mixtral-8x7b", "glm-4.5", "gpt-oss-120b", "llama-4-scout"};
 }
 
 ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers) {
@@ -177,7 +190,8 @@ ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers)
       {"llama3-8b", kLlama3_8B},         {"llama3-70b", kLlama3_70B},       {"qwen3-8b", kQwen3_8B},
       {"tiny", kTiny},                   {"kimi-k2.5", kKimiK25},           {"deepseek-v3", kDeepseekV3},
       {"qwen3-30b-a3b", kQwen3_30B_A3B}, {"tiny-moe", kTinyMoe},            {"kimi-k2.5-mini", kKimiK25Mini},
-      {"mixtral-8x7b", kMixtral8x7B},    {"glm-4.5", kGlm45},               {"gpt-oss-120b", kGptOss120B}};
+      {"mixtral-8x7b", kMixtral8x7B},    {"glm-4.5", kGlm45},               {"gpt-oss-120b", kGptOss120B},
+      {"llama-4-scout", kLlama4Scout}};
   if (const auto it = json.find(name); it != json.end()) {
     const std::string text = layers > 0 ? with_layers(it->second, layers) : std::string(it->second);
     return parse_model_config(text, "synthetic " + name);

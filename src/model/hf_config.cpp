@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 enum class Attention { Gqa, Mla };
-enum class Ffn { Dense, Qwen3Moe, MixtralMoe, DeepseekMoe, Glm4Moe, GptOssMoe };
+enum class Ffn { Dense, Qwen3Moe, MixtralMoe, DeepseekMoe, Glm4Moe, GptOssMoe, Llama4Moe };
 // Which GQA projections carry biases.
 enum class Bias {
   QkvO,       // all four when attention_bias (Llama, Mistral, Qwen3, Mixtral)
@@ -35,6 +35,7 @@ struct Family {
   bool mistral_window = false;           // sliding_window applies to every layer when set
   double partial_rotary_default = 1.0;   // partial_rotary_factor when config.json has none
   bool text_config = false;  // a multimodal wrapper: the text model's config is under text_config
+  const char* media_token_key = nullptr;  // the wrapper's media token id (refused in samples)
   // Gemma-3's parameters (parse_gemma3): (1+w) and sandwich norms, GeGLU, scaled embeddings,
   // query_pre_attn_scalar, sliding and full layers by layer_types with a rope each.
   bool gemma3 = false;
@@ -55,10 +56,13 @@ constexpr Family kFamilies[] = {
      .qk_norm = QkNorm::WhenUseQkNorm, .partial_rotary_default = 0.5},
     {.architecture = "DeepseekV3ForCausalLM", .attention = Attention::Mla, .ffn = Ffn::DeepseekMoe},
     {.architecture = "KimiK25ForConditionalGeneration", .attention = Attention::Mla, .ffn = Ffn::DeepseekMoe,
-     .text_config = true},
+     .text_config = true, .media_token_key = "media_placeholder_token_id"},
     {.architecture = "Gemma3ForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Dense, .qk_norm = QkNorm::Always,
      .gemma3 = true},
     {.architecture = "GptOssForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::GptOssMoe},
+    {.architecture = "Llama4ForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Llama4Moe},
+    {.architecture = "Llama4ForConditionalGeneration", .attention = Attention::Gqa, .ffn = Ffn::Llama4Moe,
+     .text_config = true, .media_token_key = "image_token_index"},
 };
 
 // Bounds far beyond any released model, tight enough that every product of sizes the loader and
@@ -106,8 +110,9 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings, doub
     rope.low_freq_factor = p.number_or("low_freq_factor", 0, {0, 1e4, true});
     rope.high_freq_factor = p.number_or("high_freq_factor", 0, {0, 1e4, true});
     rope.original_max_position_embeddings = p.integer("original_max_position_embeddings", 1, kMaxPositions);
-    LT_CHECK(rope.high_freq_factor > rope.low_freq_factor, p.where(),
-             ": llama3 rope scaling needs high_freq_factor > low_freq_factor");
+    // Equal factors (Llama-4 Scout) leave no band between the kept and the slowed frequencies.
+    LT_CHECK(rope.high_freq_factor >= rope.low_freq_factor, p.where(),
+             ": llama3 rope scaling needs high_freq_factor >= low_freq_factor");
   } else if (type == "yarn") {
     // As transformers 5.x's standardize_rope_params and _compute_yarn_parameters: a top-level
     // original_max_position_embeddings wins, else the rope dict's, else max_position_embeddings;
@@ -308,7 +313,7 @@ void parse_gpt_oss(const JsonFields& j, ModelConfig& c) {
   m.expert_intermediate_size = c.intermediate_size;
   m.router_bias = m.expert_bias = true;
   m.names = {.block = "mlp.", .router = "router", .gate = "gate_up_proj", .up = "", .down = "down_proj",
-             .stacked = true};
+             .experts = MoeTensorNames::Experts::StackedInterleaved};
   LT_CHECK(m.experts_per_token <= m.num_experts, j.where(), ": num_experts_per_tok ", m.experts_per_token,
            " exceeds num_local_experts ", m.num_experts);
   c.moe_layers.assign(std::size_t(c.num_layers), true);
@@ -320,6 +325,80 @@ void parse_gpt_oss(const JsonFields& j, ModelConfig& c) {
   const int64_t window = j.integer_or("sliding_window", 128, 1, kMaxPositions);
   const std::vector<bool> sliding = sliding_layers(j, c.num_layers, 2);
   for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_window[std::size_t(i)] = sliding[std::size_t(i)] ? window : 0;
+}
+
+// Llama-4 text (Llama4TextConfig): MoE layers by moe_layers, else every interleave_moe_layer_step-th
+// (from step - 1), each routing to num_experts_per_tok of num_local_experts experts of
+// intermediate_size (stacked, x @ W) by the sigmoid of their top logits, which scale the experts'
+// input, plus one shared expert; dense layers of intermediate_size_mlp. NoPE layers by
+// no_rope_layers (1 = RoPE; default every no_rope_layer_interval-th layer NoPE); RoPE on
+// interleaved pairs; RoPE layers chunked (attention_chunk_size, by layer_types when given) with
+// use_qk_norm's weightless norm; NoPE layers with the attention temperature.
+void parse_llama4(const JsonFields& j, ModelConfig& c) {
+  const int64_t L = c.num_layers;
+  MoeConfig m;
+  m.routing = MoeConfig::Routing::TopkSigmoid;
+  m.weight_input = true;
+  m.num_experts = j.integer_or("num_local_experts", 16, 1, kMaxExperts);
+  m.experts_per_token = j.integer_or("num_experts_per_tok", 1, 1, kMaxExperts);
+  m.expert_intermediate_size = c.intermediate_size;
+  m.num_shared_experts = 1;
+  m.names = {.block = "feed_forward.", .router = "router", .gate = "gate_up_proj", .up = "", .down = "down_proj",
+             .shared = "shared_expert.", .experts = MoeTensorNames::Experts::StackedTransposed};
+  LT_CHECK(m.experts_per_token <= m.num_experts, j.where(), ": num_experts_per_tok ", m.experts_per_token,
+           " exceeds num_local_experts ", m.num_experts);
+  c.intermediate_size = j.integer_or("intermediate_size_mlp", 16384, 1, kMaxWidth);
+  c.ffn_block = "feed_forward.";
+  c.moe_layers.assign(std::size_t(L), false);
+  if (j.has("moe_layers")) {
+    for (const int64_t i : j.integers_or_empty("moe_layers", 0, kMaxLayers)) {
+      LT_CHECK(i < L, j.where(), ": moe_layers names layer ", i, " of ", L);
+      c.moe_layers[std::size_t(i)] = true;
+    }
+  } else {
+    const int64_t step = j.integer_or("interleave_moe_layer_step", 1, 1, kMaxLayers);
+    for (int64_t i = step - 1; i < L; i += step) c.moe_layers[std::size_t(i)] = true;
+  }
+  c.moe = m;
+  check_expert_modules(j, c);
+
+  c.rope_interleave = true;
+  c.qk_l2_norm = j.boolean_or("use_qk_norm", true);
+  const auto nope = j.integers_or_empty("no_rope_layers", 0, 1);
+  if (!nope.empty()) {
+    LT_CHECK(int64_t(nope.size()) == L, j.where(), ": no_rope_layers lists ", nope.size(), " layers, ",
+             "num_hidden_layers is ", L);
+    for (int64_t i = 0; i < L; ++i) c.rope_layer[std::size_t(i)] = nope[std::size_t(i)] == 1;
+  } else {
+    const int64_t interval = j.integer_or("no_rope_layer_interval", 4, 1, kMaxLayers);
+    for (int64_t i = 0; i < L; ++i) c.rope_layer[std::size_t(i)] = (i + 1) % interval != 0;
+  }
+  // Scout's config.json writes attn_temperature_tuning as a number (4): transformers reads it as truthy.
+  const json* tuning = j.raw().contains("attn_temperature_tuning") ? &j.raw()["attn_temperature_tuning"] : nullptr;
+  const bool temperature = tuning == nullptr || tuning->is_null()
+                               ? true
+                               : tuning->is_number() ? tuning->get<double>() != 0 : j.boolean_or("attn_temperature_tuning", true);
+  c.nope_temperature = {temperature,
+                        j.number_or("floor_scale", 8192, kPositive), j.number_or("attn_scale", 0.1, {0, 1e6})};
+  // A null attention_chunk_size turns chunking off; layer_types, when given, says which layers chunk.
+  const int64_t chunk = j.raw().contains("attention_chunk_size") && j.raw()["attention_chunk_size"].is_null()
+                            ? 0
+                            : j.integer_or("attention_chunk_size", 8192, 1, kMaxPositions);
+  if (j.has("layer_types")) {
+    const json& types = j.array("layer_types");
+    LT_CHECK(int64_t(types.size()) == L, j.where(), ": layer_types lists ", types.size(), " layers, ",
+             "num_hidden_layers is ", L);
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
+      LT_CHECK(t == "chunked_attention" || t == "full_attention", j.where(), ": layer_types[", i, "] must be "
+               "'chunked_attention' or 'full_attention'");
+      LT_CHECK(t != "chunked_attention" || chunk > 0, j.where(), ": layer_types[", i, "] is chunked but "
+               "attention_chunk_size is null");
+      c.attention_chunk[i] = t == "chunked_attention" ? chunk : 0;
+    }
+  } else {
+    for (int64_t i = 0; i < L; ++i) c.attention_chunk[std::size_t(i)] = c.rope_layer[std::size_t(i)] ? chunk : 0;
+  }
 }
 
 // Gemma-3 text (Gemma3TextConfig): layer_types (else every sliding_window_pattern-th layer full)
@@ -439,6 +518,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     case Ffn::DeepseekMoe: parse_deepseek_moe(j, c, kDeepseekV3Defaults); break;
     case Ffn::Glm4Moe: parse_deepseek_moe(j, c, kGlm4MoeDefaults); break;
     case Ffn::GptOssMoe: break;  // parse_gpt_oss, with the layers' windows
+    case Ffn::Llama4Moe: break;  // parse_llama4, with the layers' attention
   }
 
   c.sliding_window.assign(std::size_t(c.num_layers), 0);
@@ -447,6 +527,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.layer_rope.assign(std::size_t(c.num_layers), c.rope);
   if (family.ffn == Ffn::GptOssMoe) {
     parse_gpt_oss(j, c);
+  } else if (family.ffn == Ffn::Llama4Moe) {
+    parse_llama4(j, c);
   } else if (family.gemma3) {
     parse_gemma3(j, c);
   } else if (family.mistral_window) {
@@ -474,10 +556,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       break;
     }
   }
-  if (family.text_config)
+  if (family.media_token_key != nullptr)
     c.media_placeholder_token_id = outer.integer_or(
-        "media_placeholder_token_id", j.integer_or("media_placeholder_token_id", -1, -1, kMaxVocab - 1), -1,
-        kMaxVocab - 1);
+        family.media_token_key, j.integer_or(family.media_token_key, -1, -1, kMaxVocab - 1), -1, kMaxVocab - 1);
   return c;
 }
 

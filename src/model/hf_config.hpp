@@ -48,13 +48,19 @@ struct MlaConfig {
 // Where a MoE block's tensors are, under the layer's prefix ("model.layers.3."): the router
 // `block``router`.weight, routed expert E's projections `block`experts.E.<gate|up|down>, the shared
 // experts `block`shared_experts.<gate_proj|up_proj|down_proj>.
-// GPT-OSS stacks the routed experts: `block`router.weight/bias, and for all experts one
-// `block`experts.gate_up_proj (gate and up rows interleaved) and one `block`experts.down_proj.
+// GPT-OSS and Llama-4 stack the routed experts: one `block`experts.`gate` tensor holds every
+// expert's gate and up, one `block`experts.`down` every down projection (`up` is unused).
 struct MoeTensorNames {
-  std::string block = "mlp.";                                  // Mixtral: "block_sparse_moe."
-  std::string router = "gate";                                 // GPT-OSS: "router"
+  enum class Experts {
+    PerExpert,          // `block`experts.E.<gate|up|down>, each [out, in]
+    StackedInterleaved, // GPT-OSS: MXFP4 [E, 2I, H] with gate rows at even, up rows at odd indices; [E, H, I]
+    StackedTransposed,  // Llama-4: plain [E, H, 2I] (x @ W) with gate in the first I columns; [E, I, H]
+  };
+  std::string block = "mlp.";                                  // Mixtral: "block_sparse_moe."; Llama-4: "feed_forward."
+  std::string router = "gate";                                 // GPT-OSS, Llama-4: "router"
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj";  // Mixtral: w1, w3, w2
-  bool stacked = false;                                        // GPT-OSS
+  std::string shared = "shared_experts.";                      // Llama-4: "shared_expert."
+  Experts experts = Experts::PerExpert;
 };
 
 struct MoeConfig {
@@ -113,6 +119,8 @@ struct ModelConfig {
   bool o_bias = false;
   bool mlp_bias = false;   // Llama mlp_bias
   bool qk_norm = false;    // Qwen3, GLM-4.5 use_qk_norm: per-head RMSNorm on q and k before RoPE
+  bool rope_interleave = false;  // GQA RoPE on pairs (x[2i], x[2i+1]) (Llama-4's complex rotation)
+  std::string ffn_block = "mlp.";  // a dense layer's MLP under the layer's prefix (Llama-4: "feed_forward.")
   // GPT-OSS: self_attn.sinks [heads], one logit per head that joins each row's softmax (and takes
   // probability mass, attending to nothing).
   bool attention_sinks = false;
@@ -147,7 +155,9 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;   // set: the layers marked in moe_layers are MoE
   std::vector<bool> moe_layers;   // [L] (empty for dense models)
   std::string tensor_prefix = "model.";  // "language_model.model." for Kimi-K2.5
-  int64_t media_placeholder_token_id = -1;  // Kimi-K2.5: samples holding it are refused
+  // A multimodal wrapper's media token (Kimi-K2.5's media_placeholder_token_id, Llama-4's
+  // image_token_index): samples holding it are refused.
+  int64_t media_placeholder_token_id = -1;
   QuantConfig quant;
 
   int64_t q_dim() const { return num_heads * head_dim; }

@@ -10,6 +10,7 @@
 
 #include "model/quant_config.hpp"
 #include "model/quant_formats.hpp"
+#include "model/rank_layout.hpp"
 #include "model/safetensors.hpp"
 
 namespace layertap {
@@ -25,12 +26,16 @@ class LinearReader {
   // `module`_scales) and the window is of expert `expert`'s [out, in].
   std::vector<float> read(const std::string& module, int64_t out, int64_t in, const quant::Window& win,
                           int64_t expert = -1) const;
+  // A rank layout's slice: as above, or (Llama-4's stacked experts, stored x @ W as [E, in, out])
+  // the window read transposed.
+  std::vector<float> read(const LinearSlice& slice) const;
 
  private:
   std::vector<float> read_fp8(const std::string& module, int64_t out, int64_t in, const quant::Window& win) const;
   std::vector<float> read_int4(const std::string& module, int64_t out, int64_t in, const quant::Window& win) const;
   std::vector<float> read_mxfp4(const std::string& module, int64_t expert, int64_t out, int64_t in,
                                 const quant::Window& win) const;
+  std::vector<float> read_transposed(const LinearSlice& slice) const;
   const Checkpoint& ck_;
   const QuantConfig& quant_;
 };

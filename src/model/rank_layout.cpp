@@ -45,18 +45,29 @@ MlpSlices mlp(const ModelConfig& c, const TpShard& s, const std::string& base, i
           cols_of(down, H, inter, i0, local, bias, s)};
 }
 
-// Routed expert `e` of GPT-OSS's stacked tensors: gate/up interleaved in one Linear [2I, H] (this
-// rank's intermediate indices are 2 rows each, contiguous), down [H, I]; all with biases.
+// Routed expert `e` of stacked tensors, gate and up in one module [2I, H]: GPT-OSS's interleaved
+// (this rank's intermediate indices are 2 rows each, contiguous: one slice), or Llama-4's halves
+// (gate rows [0, I), up rows [I, 2I): two slices, stored transposed); down [H, I].
 MlpSlices stacked_expert(const ModelConfig& c, const TpShard& s, const std::string& block, int64_t e, bool sliced) {
   const MoeConfig& m = *c.moe;
   const int64_t H = c.hidden_size, inter = m.expert_intermediate_size;
   const std::string gate_up = block + "experts." + m.names.gate, down = block + "experts." + m.names.down;
   const int64_t local = sliced ? inter / s.size : inter, i0 = sliced ? s.rank * local : 0;
+  const Split split = sliced ? Split::Column : Split::Whole;
   MlpSlices x;
-  x.gate = sliced ? rows_of(gate_up, 2 * inter, H, 2 * i0, 2 * local, m.expert_bias)
-                  : whole(gate_up, 2 * inter, H, m.expert_bias);
+  if (m.names.experts == MoeTensorNames::Experts::StackedInterleaved) {
+    x.gate = {gate_up, 2 * inter, H, {2 * i0, 2 * local, 0, H}, split, m.expert_bias};
+  } else {
+    x.gate = {gate_up, 2 * inter, H, {i0, local, 0, H}, split, m.expert_bias};
+    x.up = {gate_up, 2 * inter, H, {inter + i0, local, 0, H}, split, m.expert_bias};
+  }
   x.down = sliced ? cols_of(down, H, inter, i0, local, m.expert_bias, s) : whole(down, H, inter, m.expert_bias);
-  x.gate.expert = x.down.expert = e;
+  const bool transposed = m.names.experts == MoeTensorNames::Experts::StackedTransposed;
+  for (LinearSlice* l : {&x.gate, &x.up, &x.down}) {
+    l->expert = e;
+    l->transposed = transposed;
+  }
+  if (x.up.module.empty()) x.up = LinearSlice{};  // interleaved: no up slice
   return x;
 }
 
@@ -113,11 +124,12 @@ MoeSlices moe(const ModelConfig& c, const TpShard& s, const std::string& p) {
   e.first_expert = whole_experts ? s.rank * count : 0;
   e.routed.reserve(std::size_t(count));
   for (int64_t x = e.first_expert; x < e.first_expert + count; ++x)
-    e.routed.push_back(m.names.stacked ? stacked_expert(c, s, block, x, !whole_experts)
+    e.routed.push_back(m.names.experts != MoeTensorNames::Experts::PerExpert
+                           ? stacked_expert(c, s, block, x, !whole_experts)
                                        : mlp(c, s, cat(block, "experts.", x, "."), m.expert_intermediate_size,
                                              !whole_experts, m.expert_bias, m.names));
   if (m.num_shared_experts > 0)
-    e.shared = mlp(c, s, block + "shared_experts.", m.expert_intermediate_size * m.num_shared_experts, true, false);
+    e.shared = mlp(c, s, block + m.names.shared, m.expert_intermediate_size * m.num_shared_experts, true, false);
   return e;
 }
 
@@ -166,7 +178,7 @@ LayerSlices layer_slices(const ModelConfig& c, const TpShard& s, int64_t i) {
   if (c.is_moe_layer(i))
     l.ffn = moe(c, s, p);
   else
-    l.ffn = mlp(c, s, p + "mlp.", c.intermediate_size, true, c.mlp_bias);
+    l.ffn = mlp(c, s, p + c.ffn_block, c.intermediate_size, true, c.mlp_bias);
   return l;
 }
 

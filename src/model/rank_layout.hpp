@@ -43,10 +43,12 @@ struct LinearSlice {
   // The rank holds `module`.bias: the window's rows of it, or for a row-parallel Linear all of it
   // on rank 0 only (the bias is added once, after the all-reduce).
   bool bias = false;
-  // Stacked experts (GPT-OSS): `module` holds every expert, [E, out_full, in_full], and this is
-  // expert `expert`'s matrix (its bias row `expert` of `module`_bias [E, out_full]); -1: a module
-  // of its own.
+  // Stacked experts (GPT-OSS, Llama-4): `module` holds every expert and this is expert `expert`'s
+  // matrix (its bias row `expert` of `module`_bias [E, out_full]); -1: a module of its own.
   std::int64_t expert = -1;
+  // Stored as x @ W: expert `expert`'s [in_full, out_full] (Llama-4's plain stacked experts), the
+  // window read transposed.
+  bool transposed = false;
 
   std::int64_t rows() const { return win.rows; }
   std::int64_t cols() const { return win.cols; }
@@ -65,7 +67,7 @@ struct VectorSlice {
 // A gated MLP: gate and up column-parallel, down row-parallel (or all three whole). GPT-OSS's
 // experts store gate and up as one Linear [2I, H] with gate rows at even and up rows at odd
 // indices: `gate` is then that Linear's window (2 rows per intermediate index of the slice) and
-// `up` is empty.
+// `up` is empty. (Llama-4's stacked gate and up are two windows of one module: two slices.)
 struct MlpSlices {
   LinearSlice gate, up, down;
   bool interleaved() const { return up.module.empty(); }

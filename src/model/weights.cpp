@@ -57,7 +57,7 @@ class ShardLoader {
     Linear l;
     l.out = s.rows();
     l.in = s.cols();
-    l.w = reader_.read(s.module, s.out_full, s.in_full, s.win, s.expert);
+    l.w = reader_.read(s);
     if (s.bias) {
       // Column-parallel and whole: the window's rows of the bias; row-parallel: all of it. A stacked
       // expert's bias is its row of `module`_bias [E, out].

@@ -314,7 +314,8 @@ class ShapeCheckpoint(unittest.TestCase):
         for arch, lo, hi, tensors in (("kimi-k2.5", 550e9, 640e9, 208550), ("deepseek-v3", 650e9, 720e9, 91991),
                                       ("llama-3.1-70b", 135e9, 147e9, 723), ("mixtral-8x7b", 92e9, 95e9, 995),
                                       ("glm-4.5", 705e9, 725e9, 44691), ("glm-4.5-air", 215e9, 226e9, 18329),
-                                      ("gpt-oss-120b", 64e9, 66e9, 687), ("gpt-oss-20b", 13.5e9, 14e9, 459)):
+                                      ("gpt-oss-120b", 64e9, 66e9, 687), ("gpt-oss-20b", 13.5e9, 14e9, 459),
+                                      ("llama-4-scout", 214e9, 217e9, 579), ("llama-4-maverick", 795e9, 805e9, 507)):
             with self.subTest(arch=arch):
                 ck = self.make("--arch", arch)
                 print(f"  {arch}: {ck.logical} bytes = {ck.logical / 1e9:.2f} GB logical, "
@@ -340,6 +341,10 @@ class ShapeCheckpoint(unittest.TestCase):
                     self.assertEqual(ck.tensors["model.layers.0.mlp.experts.down_proj_scales"][1:],
                                      ("U8", [128, 2880, 90]))
                     self.assertIn("model.layers.0.self_attn.sinks", ck.tensors)
+                if arch == "llama-4-maverick":  # MoE on odd layers, dense feed_forward between
+                    self.assertEqual(ck.tensors["language_model.model.layers.1.feed_forward.experts.gate_up_proj"][1:],
+                                     ("BF16", [128, 5120, 16384]))
+                    self.assertIn("language_model.model.layers.0.feed_forward.gate_proj.weight", ck.tensors)
                 if arch == "glm-4.5-air":
                     self.assertIn("model.layers.46.shared_head.head.weight", ck.tensors)
                     self.assertNotIn("model.layers.47.input_layernorm.weight", ck.tensors)

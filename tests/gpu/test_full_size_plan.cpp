@@ -108,6 +108,7 @@ int main() {
     layout("mixtral-8x7b", "mixtral-8x7b", 8);
     layout("glm-4.5", "glm-4.5", 8);
     layout("gpt-oss-120b", "gpt-oss-120b", 8);
+    layout("llama-4-scout", "llama-4-scout", 8);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

@@ -202,7 +202,8 @@ TEST(HfConfigMoe, GptOssIsARowOfParameters) {
   EXPECT_EQ(c.moe->num_experts, 8);
   EXPECT_EQ(c.moe->experts_per_token, 2);
   EXPECT_EQ(c.moe->expert_intermediate_size, 128);
-  EXPECT_TRUE(c.moe->router_bias && c.moe->expert_bias && c.moe->names.stacked);
+  EXPECT_TRUE(c.moe->router_bias && c.moe->expert_bias);
+  EXPECT_EQ(c.moe->names.experts, MoeTensorNames::Experts::StackedInterleaved);
   EXPECT_EQ(c.moe->names.router, "router");
   EXPECT_TRUE(c.attention_sinks);
   EXPECT_TRUE(c.qkv_bias && c.o_bias);
@@ -220,6 +221,60 @@ TEST(HfConfigMoe, GptOssIsARowOfParameters) {
   EXPECT_TRUE(has(error_of(with(gpt_oss, R"("rope_scaling")", R"("no_rope_scaling")")), "GPT-OSS needs its rope"));
   EXPECT_TRUE(has(error_of(with(gpt_oss, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)")),
                   "num_experts_per_tok 9 exceeds num_local_experts 8"));
+}
+
+// Llama-4 text: MoE layers by interleave_moe_layer_step (from step - 1), top-1 sigmoid routing
+// weighting the experts' input, one shared expert, dense layers of intermediate_size_mlp; NoPE
+// layers by no_rope_layers with the temperature; chunked attention on the RoPE layers; the
+// weightless q/k norm; interleaved RoPE pairs; tensors under feed_forward.
+TEST(HfConfigMoe, Llama4IsARowOfParameters) {
+  const std::string text = R"({
+    "hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 96, "head_dim": 16,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 160,
+    "num_local_experts": 8, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+    "no_rope_layers": [1, 0, 1, 0], "attention_chunk_size": 8, "floor_scale": 4, "attn_scale": 0.1,
+    "attn_temperature_tuning": true, "use_qk_norm": true, "hidden_act": "silu", "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192}})";
+  const std::string causal = with(text, "{", R"({"architectures": ["Llama4ForCausalLM"], )");
+  const ModelConfig c = parse_model_config(causal, "c");
+  ASSERT_TRUE(c.moe.has_value());
+  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(c.moe->routing, MoeConfig::Routing::TopkSigmoid);
+  EXPECT_TRUE(c.moe->weight_input);
+  EXPECT_EQ(c.moe->expert_intermediate_size, 32);
+  EXPECT_EQ(c.intermediate_size, 96);  // the dense layers'
+  EXPECT_EQ(c.moe->num_shared_experts, 1);
+  EXPECT_EQ(c.moe->names.block + c.moe->names.router + " " + c.moe->names.shared, "feed_forward.router shared_expert.");
+  EXPECT_EQ(c.moe->names.experts, MoeTensorNames::Experts::StackedTransposed);
+  EXPECT_EQ(c.ffn_block, "feed_forward.");
+  EXPECT_EQ(c.rope_layer, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c.attention_chunk, (std::vector<int64_t>{8, 0, 8, 0}));
+  EXPECT_TRUE(c.nope_temperature.on);
+  EXPECT_DOUBLE_EQ(c.nope_temperature.floor_scale, 4);
+  EXPECT_TRUE(c.qk_l2_norm && c.rope_interleave);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.rope.type, RopeConfig::Type::Llama3);  // equal low and high factors (Scout) accepted
+  EXPECT_EQ(c.tensor_prefix, "model.");
+  // Defaults: every layer MoE (step 1), every 4th layer NoPE; Scout's numeric attn_temperature_tuning.
+  const ModelConfig d = parse_model_config(
+      with(with(with(causal, R"("interleave_moe_layer_step": 2,)", ""), R"("no_rope_layers": [1, 0, 1, 0],)", ""),
+           R"("attn_temperature_tuning": true)", R"("attn_temperature_tuning": 4)"), "c");
+  EXPECT_EQ(d.moe_layers, std::vector<bool>(4, true));
+  EXPECT_EQ(d.rope_layer, (std::vector<bool>{true, true, true, false}));
+  EXPECT_EQ(d.attention_chunk, (std::vector<int64_t>{8, 8, 8, 0}));
+  EXPECT_TRUE(d.nope_temperature.on);
+  EXPECT_EQ(parse_model_config(with(causal, R"("attention_chunk_size": 8)", R"("attention_chunk_size": null)"), "c")
+                .attention_chunk, std::vector<int64_t>(4, 0));
+  // The multimodal checkpoint: the text model under text_config and language_model.model.
+  const std::string wrapper = R"({"architectures": ["Llama4ForConditionalGeneration"], "image_token_index": 200,
+                                  "text_config": )" + text + "}";
+  const ModelConfig w = parse_model_config(wrapper, "c");
+  EXPECT_EQ(w.tensor_prefix, "language_model.model.");
+  EXPECT_EQ(w.media_placeholder_token_id, 200);
+  EXPECT_EQ(w.moe_layers, c.moe_layers);
+  EXPECT_TRUE(has(error_of(with(causal, R"("no_rope_layers": [1, 0, 1, 0])", R"("no_rope_layers": [1, 0])")),
+                  "no_rope_layers lists 2 layers"));
 }
 
 TEST(HfConfig, ErrorsNameTheProblem) {

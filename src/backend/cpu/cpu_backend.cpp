@@ -14,7 +14,8 @@ namespace layertap {
 
 namespace {
 std::vector<cpu::Rope> layer_ropes(const ModelConfig& c) {
-  const auto layout = c.mla && c.mla->rope_interleave ? cpu::Rope::Layout::Interleaved : cpu::Rope::Layout::HalfSplit;
+  const bool interleaved = c.mla ? c.mla->rope_interleave : c.rope_interleave;
+  const auto layout = interleaved ? cpu::Rope::Layout::Interleaved : cpu::Rope::Layout::HalfSplit;
   LT_CHECK(int64_t(c.layer_rope.size()) == c.num_layers, "config holds ", c.layer_rope.size(), " layer ropes for ",
            c.num_layers, " layers");
   std::vector<cpu::Rope> ropes;
@@ -61,15 +62,23 @@ void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, c
     cpu::rms_norm(q.data(), a.q_norm.data(), q.data(), T * a.heads, hd, eps, offset);
     cpu::rms_norm(k.data(), a.k_norm.data(), k.data(), T * a.kv_heads, hd, eps, offset);
   }
-  rope.apply(q.data(), a.heads, offsets, batch.first_position);
-  rope.apply(k.data(), a.kv_heads, offsets, batch.first_position);
+  if (c_.rope_layer[std::size_t(layer)]) {
+    rope.apply(q.data(), a.heads, offsets, batch.first_position);
+    rope.apply(k.data(), a.kv_heads, offsets, batch.first_position);
+    if (c_.qk_l2_norm) {  // Llama-4: after RoPE, without a weight
+      cpu::rms_norm(q.data(), nullptr, q.data(), T * a.heads, hd, float(c_.rms_norm_eps));
+      cpu::rms_norm(k.data(), nullptr, k.data(), T * a.kv_heads, hd, float(c_.rms_norm_eps));
+    }
+  } else if (c_.nope_temperature.on) {  // Llama-4's NoPE layers
+    cpu::attention_temperature(q.data(), a.q.out, offsets, batch.first_position, c_.nope_temperature);
+  }
   // K and V of the sample in flight's earlier chunks in front of the batch's own.
   const cpu::KeyRows keys = cpu::with_kept_rows(kept.k, k.data(), batch, a.k.out);
   const cpu::KeyRows values = cpu::with_kept_rows(kept.v, v.data(), batch, a.v.out);
   std::vector<float> ctx(std::size_t(T * a.q.out));  // [T, heads*hd]
   cpu::causal_attention(q.data(), offsets, keys.rows, values.rows, keys.offsets, ctx.data(),
                         {a.heads, a.kv_heads, hd, hd, c_.attention_scale(), window,
-                         a.sinks.empty() ? nullptr : a.sinks.data()});
+                         a.sinks.empty() ? nullptr : a.sinks.data(), c_.attention_chunk[std::size_t(layer)]});
   kept.k = cpu::rows_to_keep(keys, batch, a.k.out);
   kept.v = cpu::rows_to_keep(values, batch, a.v.out);
   cpu::linear(ctx.data(), T, a.o, out);  // [T, H] partial sum over this rank's heads

@@ -48,9 +48,10 @@ class Recorder {
   // `bytes` at `at` bytes into the last take.
   void add(Placement::Fill fill, const std::string& tensor, bool vec, std::int64_t out_full, std::int64_t in_full,
            const quant::Window& win, std::size_t bytes, std::size_t at = 0, bool linear = false,
-           std::int64_t expert = -1) {
+           std::int64_t expert = -1, bool transposed = false) {
     if (bytes > 0)
-      out_.push_back({fill, tensor, expert, vec, linear, out_full, in_full, win, res_.last_offset() + at, bytes});
+      out_.push_back(
+          {fill, tensor, expert, transposed, vec, linear, out_full, in_full, win, res_.last_offset() + at, bytes});
   }
   Arena& arena() { return res_; }
 
@@ -89,7 +90,9 @@ class Placer {
       std::size_t at = 0;
       for (const LinearSlice* p : parts) {
         const std::size_t bytes = std::size_t(p->win.rows * l.in) * 2;
-        rec_.add(Placement::Fill::Bf16, p->module + ".weight", false, p->out_full, p->in_full, p->win, bytes, at, true);
+        // A stacked expert (Llama-4) is its matrix of `module` itself, stored x @ W.
+        rec_.add(Placement::Fill::Bf16, p->expert < 0 ? p->module + ".weight" : p->module, false, p->out_full,
+                 p->in_full, p->win, bytes, at, true, p->expert, p->transposed);
         at += bytes;
       }
     } else {
@@ -528,6 +531,13 @@ class DeviceTarget final : public LoadTarget {
   void put(int t, int k, std::size_t dst, const std::byte* staged, std::size_t bytes) override {
     const cudaStream_t s = streams_[std::size_t(t)]->get();
     LT_CUDA_CHECK(cudaMemcpyAsync(block_ + dst, staged, bytes, cudaMemcpyHostToDevice, s));
+    LT_CUDA_CHECK(cudaEventRecord(events_[std::size_t(t * slots_ + k)]->get(), s));
+    pending_[std::size_t(t * slots_ + k)] = 1;
+  }
+  void put_rows(int t, int k, std::size_t dst, std::size_t pitch, const std::byte* staged, std::size_t width,
+                std::size_t rows) override {
+    const cudaStream_t s = streams_[std::size_t(t)]->get();
+    LT_CUDA_CHECK(cudaMemcpy2DAsync(block_ + dst, pitch, staged, width, width, rows, cudaMemcpyHostToDevice, s));
     LT_CUDA_CHECK(cudaEventRecord(events_[std::size_t(t * slots_ + k)]->get(), s));
     pending_[std::size_t(t * slots_ + k)] = 1;
   }

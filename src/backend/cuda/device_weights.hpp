@@ -60,7 +60,8 @@ struct Placement {
   };
   Fill fill = Fill::Bf16;
   std::string tensor;  // tensor name; the module name for Packed*
-  std::int64_t expert = -1;  // Packed* of a module stacking every expert (GPT-OSS): this expert's matrix
+  std::int64_t expert = -1;  // a module stacking every expert (GPT-OSS, Llama-4): this expert's matrix
+  bool transposed = false;   // Bf16 of a Linear stored x @ W ([in, out], Llama-4's experts): read transposed
   bool vector = false;  // a 1-D tensor [in_full]
   bool linear = false;  // a Linear module's weight (Bf16) or packed parts
   std::int64_t out_full = 1, in_full = 0;

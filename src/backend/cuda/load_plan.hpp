@@ -31,6 +31,9 @@ struct WeightCopy {
   ValueRule check = ValueRule::Finite;  // model/stored_window.hpp: the rule both backends apply
   std::size_t dst = 0;        // byte offset in the resident block
   std::size_t dst_bytes = 0;  // src.rows rows of dst_bytes / src.rows bytes each
+  // The window is a Linear stored x @ W (Llama-4's stacked experts): src.rows inputs of out values
+  // each, written transposed as (out, src.rows) bf16.
+  bool transpose = false;
 };
 
 struct LoadPlan {

@@ -106,7 +106,7 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
     l.top_k = m.experts_per_token;
     l.score_bias = m.score_bias;
     l.router_bias = m.router_bias;
-    l.experts_interleaved = m.names.stacked;
+    l.experts_interleaved = m.names.experts == MoeTensorNames::Experts::StackedInterleaved;
     l.route = route_params(m);
   }
   l.block_rows = c.quant.block_rows;

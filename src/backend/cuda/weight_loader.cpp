@@ -53,6 +53,11 @@ void HostTarget::free_slot(std::byte* slot) { delete[] slot; }
 void HostTarget::put(int, int, std::size_t dst, const std::byte* staged, std::size_t bytes) {
   if (image_ != nullptr) std::memcpy(image_ + dst, staged, bytes);
 }
+void HostTarget::put_rows(int, int, std::size_t dst, std::size_t pitch, const std::byte* staged, std::size_t width,
+                          std::size_t rows) {
+  if (image_ != nullptr)
+    for (std::size_t r = 0; r < rows; ++r) std::memcpy(image_ + dst + r * pitch, staged + r * width, width);
+}
 
 LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOptions& o) {
   LT_CHECK(o.threads >= 1 && o.slots_per_thread >= 1 && o.slot_bytes > 0, "weight loader: needs at least one thread "
@@ -98,6 +103,24 @@ LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOp
         const std::size_t in_bytes = std::size_t(ch.rows * c.src.width), out_bytes = std::size_t(ch.rows) * out_row_bytes(c);
         const std::size_t values = in_bytes / dtype_size(c.src.tensor->dtype);
         target.wait(t, k);
+        if (c.transpose) {
+          // Stored rows [row0, +rows) of the x @ W window are inputs: bf16 (rows, out) in `raw`, then
+          // (out, rows) in the slot, each output row's piece at row0 of its row in the block.
+          const std::size_t out = out_row_bytes(c) / 2, in = std::size_t(c.src.rows);
+          raw.resize(2 * slot_bytes);
+          std::byte* const bf = raw.data() + slot_bytes;
+          read_window_rows(c.src, ch.row0, ch.rows, raw.data());
+          check_window_values(c.src, ch.row0, raw.data(), values, c.check);
+          if (c.convert == Convert::AsStored) std::memcpy(bf, raw.data(), out_bytes);
+          else convert(c, raw.data(), bf, values);
+          std::byte* const slot = slots[std::size_t(k)];
+          for (std::int64_t r = 0; r < ch.rows; ++r)
+            for (std::size_t o = 0; o < out; ++o) std::memcpy(slot + (o * std::size_t(ch.rows) + std::size_t(r)) * 2, bf + (std::size_t(r) * out + o) * 2, 2);
+          target.put_rows(t, k, c.dst + std::size_t(ch.row0) * 2, in * 2, slot, std::size_t(ch.rows) * 2, out);
+          written += out_bytes;
+          k = (k + 1) % o.slots_per_thread;
+          continue;
+        }
         if (c.convert == Convert::AsStored) {
           read_window_rows(c.src, ch.row0, ch.rows, slots[std::size_t(k)]);
           check_window_values(c.src, ch.row0, slots[std::size_t(k)], values, c.check);

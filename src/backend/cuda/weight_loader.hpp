@@ -37,6 +37,9 @@ class LoadTarget {
   virtual void free_slot(std::byte* slot) = 0;
   virtual void begin_thread(int /*thread*/) {}
   virtual void put(int thread, int slot, std::size_t dst, const std::byte* staged, std::size_t bytes) = 0;
+  // `rows` rows of `width` bytes from `staged` (contiguous) to dst, dst + pitch, ... (a transposed copy).
+  virtual void put_rows(int thread, int slot, std::size_t dst, std::size_t pitch, const std::byte* staged,
+                        std::size_t width, std::size_t rows) = 0;
   virtual void wait(int /*thread*/, int /*slot*/) {}
 };
 
@@ -48,6 +51,8 @@ class HostTarget final : public LoadTarget {
   std::byte* allocate_slot(std::size_t bytes) override;
   void free_slot(std::byte* slot) override;
   void put(int thread, int slot, std::size_t dst, const std::byte* staged, std::size_t bytes) override;
+  void put_rows(int thread, int slot, std::size_t dst, std::size_t pitch, const std::byte* staged, std::size_t width,
+                std::size_t rows) override;
 
  private:
   std::byte* image_;
