@@ -78,6 +78,7 @@ __global__ void __launch_bounds__(kRefBlock)
   const std::int64_t u = t + a.key_offset;  // the query's own key row
   std::int64_t lo = u - pos[t];
   if (window > 0 && u - window + 1 > lo) lo = u - window + 1;
+  if (a.chunk > 0 && u - pos[t] % a.chunk > lo) lo = u - pos[t] % a.chunk;  // the chunk's first key row
   __syncthreads();
 
   // A sink is a logit seen before the first key: the running max starts at it, the sum at its exp(0).
@@ -176,10 +177,15 @@ __global__ void __launch_bounds__(kFlashThreads)
     qa[kt][2] = r0 < q1 ? load_u32(p0 + 8) : 0u;
     qa[kt][3] = r1 < q1 ? load_u32(p1 + 8) : 0u;
   }
-  // lo(u): the first key row the query with own key row u may see; nondecreasing in u, so
-  // lo(q0 + off) starts the key loop.
+  // lo(u): the first key row the query with own key row u (position u - t0) may see;
+  // nondecreasing in u, so lo(q0 + off) starts the key loop: key tiles wholly before the query
+  // tile's earliest window or chunk start are skipped. The query tile may span chunks (and rows
+  // see different windows): each row masks by its own lo.
+  const std::int64_t chunk = a.chunk;
   const auto lowest_key = [&](std::int64_t u) {
-    return window > 0 && u - window + 1 > t0 ? u - window + 1 : t0;
+    std::int64_t lo = window > 0 && u - window + 1 > t0 ? u - window + 1 : t0;
+    if (chunk > 0 && u - (u - t0) % chunk > lo) lo = u - (u - t0) % chunk;
+    return lo;
   };
   const std::int64_t lo0 = lowest_key(u0), lo1 = lowest_key(u1);
 
@@ -305,9 +311,10 @@ __global__ void __launch_bounds__(kFlashThreads)
 void check_layout(const void* ctx, const AttentionLayout& a, const void* pos, std::int64_t T, std::int64_t window,
                   const char* name) {
   LT_CHECK(T >= 0 && T < (std::int64_t(1) << 31) && a.hq > 0 && a.hkv > 0 && a.hq % a.hkv == 0 && a.qk_dim > 0 &&
-               a.v_dim > 0 && window >= 0 && a.key_offset >= 0 && a.key_offset < (std::int64_t(1) << 31),
+               a.v_dim > 0 && window >= 0 && a.chunk >= 0 && a.key_offset >= 0 &&
+               a.key_offset < (std::int64_t(1) << 31),
            name, ": bad shape T=", T, " hq=", a.hq, " hkv=", a.hkv, " qk_dim=", a.qk_dim, " v_dim=", a.v_dim,
-           " window=", window, " key_offset=", a.key_offset);
+           " window=", window, " chunk=", a.chunk, " key_offset=", a.key_offset);
   LT_CHECK(a.q_row >= a.hq * a.qk_dim && a.k_row >= a.hkv * a.qk_dim && a.v_row >= a.hkv * a.v_dim, name,
            ": row strides q ", a.q_row, ", k ", a.k_row, ", v ", a.v_row, " are shorter than the heads they hold");
   LT_CHECK(a.hq < 65536, name, ": ", a.hq, " query heads is more than a grid dimension holds");
@@ -357,13 +364,17 @@ void attention_reference(__nv_bfloat16* ctx, const AttentionLayout& a, const std
 }
 
 std::int64_t count_attended_pairs(const std::vector<std::int64_t>& offsets, std::int64_t first_position,
-                                  std::int64_t window) {
-  LT_CHECK(!offsets.empty() && offsets.front() == 0 && first_position >= 0 && window >= 0,
-           "count_attended_pairs: offsets must start at 0, first position ", first_position, " and window ", window,
-           " must not be negative");
-  // Keys seen by the queries at positions 0 .. m-1 of a sample: sum over k = 1..m of min(k, window).
-  const auto upto = [window](std::int64_t m) {
+                                  std::int64_t window, std::int64_t chunk) {
+  LT_CHECK(!offsets.empty() && offsets.front() == 0 && first_position >= 0 && window >= 0 && chunk >= 0,
+           "count_attended_pairs: offsets must start at 0, first position ", first_position, ", window ", window,
+           " and chunk ", chunk, " must not be negative");
+  // Keys seen by the queries at positions 0 .. m-1 without a chunk: sum over k = 1..m of min(k, window).
+  const auto windowed = [window](std::int64_t m) {
     return window == 0 || m <= window ? m * (m + 1) / 2 : window * (window + 1) / 2 + (m - window) * window;
+  };
+  // With one: position p sees min(p % chunk + 1, window), the same in every whole chunk.
+  const auto upto = [&](std::int64_t m) {
+    return chunk == 0 ? windowed(m) : (m / chunk) * windowed(chunk) + windowed(m % chunk);
   };
   std::int64_t pairs = 0;
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {

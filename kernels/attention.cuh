@@ -1,5 +1,5 @@
 // Causal grouped-query attention over a packed batch (block-diagonal: never across samples), with
-// an optional sliding window. Two kernels compute the same function:
+// an optional sliding window or attention chunk (Llama-4). Two kernels compute the same function:
 //   attention_reference  any head dims up to 512, float32 throughout; simple, the yardstick;
 //   attention_flash      head dims 64/64, 128/128 (dense) and 192/128 (MLA: qk = nope + rope dims,
 //                        v), bf16 tensor cores (mma.sync, sm_80+), online softmax.
@@ -21,8 +21,9 @@ namespace layertap::kernels {
 // prefill puts the kept keys of the sample in flight's earlier chunks (key_offset rows, positions
 // 0 .. key_offset - 1) ahead of the batch's, and its first segment's positions continue from there.
 // attended_pairs: the batch's attended (query, key) pairs per head, count_attended_pairs(offsets,
-// key_offset, window); it only sizes the launch's stated work (kernels/work.hpp), 0 = not stated
-// (counted as T, one key per query). sinks: GPT-OSS's per-head sink logits (below), or null.
+// key_offset, window, chunk); it only sizes the launch's stated work (kernels/work.hpp), 0 = not
+// stated (counted as T, one key per query). sinks: GPT-OSS's per-head sink logits (below), or
+// null. chunk: Llama-4's attention chunk (below), 0 = none.
 struct AttentionLayout {
   const __nv_bfloat16* q = nullptr;
   std::int64_t q_row = 0;
@@ -35,6 +36,7 @@ struct AttentionLayout {
   std::int64_t key_offset = 0;
   std::int64_t attended_pairs = 0;
   const float* sinks = nullptr;  // device float32 [hq], or null
+  std::int64_t chunk = 0;        // > 0: only keys of the query's own chunk of `chunk` positions
 };
 
 // The dense decoders' fused projection qkv (T, (hq + 2 hkv) * hd), q heads then k heads then v
@@ -47,17 +49,19 @@ inline AttentionLayout fused_qkv_layout(const __nv_bfloat16* qkv, std::int64_t h
 
 // The (query, key) pairs per head that attention over a packed batch attends (causal within each
 // sample; host-known, for the launches' stated work): with sample offsets [S+1], the first
-// sample's first position p0 (its kept positions under chunked prefill; the others start at 0) and
-// a sliding window (0 = none), query i of sample s at position p = p_s + i sees min(p + 1, window)
-// keys, so pairs = sum over samples and their queries of that. E.g. samples of 3 and 5 tokens:
-// 6 + 15; with window 2: 5 + 9.
+// sample's first position p0 (its kept positions under chunked prefill; the others start at 0), a
+// sliding window and an attention chunk (0 = none), query i of sample s at position p = p_s + i
+// sees min(p + 1, window, p % chunk + 1) keys, so pairs = sum over samples and their queries of
+// that. E.g. samples of 3 and 5 tokens: 6 + 15; with window 2: 5 + 9; with chunk 2: 4 + 7.
 std::int64_t count_attended_pairs(const std::vector<std::int64_t>& offsets, std::int64_t first_position,
-                                  std::int64_t window);
+                                  std::int64_t window, std::int64_t chunk = 0);
 
 // For query t of sample s (its own key row u = t + key_offset, the sample's first key row
 // u0 = u - pos[t]) and query head h (key/value head g = h / (hq / hkv)):
 //   keys  j in [lo, u],  lo = u0, or max(u0, u - window + 1) when window > 0 (HF sliding window:
-//         the last `window` positions, the query's own included)
+//         the last `window` positions, the query's own included), and at least u - pos[t] % chunk
+//         when chunk > 0 (Llama-4's chunked attention: only keys of the query's own chunk, those
+//         at positions floor(pos[t] / chunk) * chunk .. pos[t]; both when both are given)
 //   ctx[t, h*v_dim : (h+1)*v_dim] = bf16( sum_j softmax_j(scale * q_t . k_j) v_j )
 // with softmax and sums in float32. With sinks (GPT-OSS), head h's sink logit joins the softmax's
 // denominator and has no value: with s_j = scale * q_t . k_j and m = max(max_j s_j, sinks[h]),

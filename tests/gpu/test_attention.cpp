@@ -1,7 +1,8 @@
 // kernels/attention.cu, both kernels, against the CPU backend's cpu::causal_attention on the same
 // (widened) bf16 q/k/v: packed batches with samples of 1..300 tokens (sizes on and off the flash
 // tile of 64), GQA group sizes 1..8, sliding windows, head_dim 8..256, kept keys of a sample in
-// flight (key_offset), and GPT-OSS's sinks. Exit 77 without a GPU.
+// flight (key_offset), GPT-OSS's sinks, and Llama-4's attention chunks (on and off the tile, query
+// tiles spanning chunk boundaries, kept keys whose positions cross one). Exit 77 without a GPU.
 //
 // Tolerance, per element, with u = 2^-8 the unit roundoff of bf16 and v_max the largest |v|:
 //   reference: the only bf16 rounding is the output's, <= u |ref|. Both it and the CPU reference
@@ -13,7 +14,8 @@
 //              each) while the denominator sums them unrounded, which moves the output by at
 //              most u sum_j p_j |v_j| / sum_j p_j <= u v_max. Bound u |ref| + (u + 2e-4) v_max.
 // The normalized error is held to u + 2e-4 (reference) and 2u + 2e-4 (flash). A mask off by one
-// key moves outputs by ~v_max / n (> 3e-3 v_max for the n <= 300 keys here): far outside.
+// key moves outputs by ~v_max / n (> 3e-3 v_max for the n <= 300 keys here; chunks see fewer):
+// far outside.
 // Sinks only add mass without value to the denominators, so every term above keeps its bound.
 #include <algorithm>
 #include <cmath>
@@ -38,6 +40,7 @@ struct Case {
   std::int64_t hq, hkv, hd, window;
   std::int64_t kept = 0;  // the first sample continues one with `kept` earlier keys (key_offset)
   bool sinks = false;     // GPT-OSS's per-head sink logits
+  std::int64_t chunk = 0;  // Llama-4's attention chunk
 };
 
 int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
@@ -79,7 +82,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   for (std::size_t s = 1; s < offsets.size(); ++s) kv_offsets.push_back(offsets[s] + P);
   layertap::cpu::causal_attention(q.data(), offsets, k.data(), v.data(), kv_offsets, ref.data(),
                                   {c.hq, c.hkv, hd, hd, 1.0f / std::sqrt(float(hd)), c.window,
-                                   c.sinks ? sinks.data() : nullptr});
+                                   c.sinks ? sinks.data() : nullptr, c.chunk});
 
   Guarded<bf16_bits> d_qkv((P + T) * row), d_ctx(T * qd);
   Guarded<std::int32_t> d_pos(T);
@@ -91,13 +94,14 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   Guarded<std::int32_t> d_tiles(std::int64_t(tiles.size()));
   d_tiles.upload(tiles);
 
-  const std::int64_t pairs = kernels::count_attended_pairs(offsets, P, c.window);  // the launches' stated work
+  const std::int64_t pairs = kernels::count_attended_pairs(offsets, P, c.window, c.chunk);  // the stated work
   int fails = 0;
   for (const bool flash : {false, true}) {
     char name[160];
-    std::snprintf(name, sizeof name, "%-9s T=%-4lld S=%zu hq=%lld hkv=%lld hd=%-3lld window=%lld kept=%lld%s",
+    std::snprintf(name, sizeof name,
+                  "%-9s T=%-4lld S=%zu hq=%lld hkv=%lld hd=%-3lld window=%lld kept=%lld chunk=%lld%s",
                   flash ? "flash" : "reference", (long long)T, c.lengths.size(), (long long)c.hq, (long long)c.hkv,
-                  (long long)hd, (long long)c.window, (long long)P, c.sinks ? " sinks" : "");
+                  (long long)hd, (long long)c.window, (long long)P, (long long)c.chunk, c.sinks ? " sinks" : "");
     if (flash && !kernels::flash_attention_supported(hd)) {
       std::printf("skip %s (flash: head_dim 64 or 128 on sm_80+ only)\n", name);
       continue;
@@ -108,6 +112,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
     layout.q += P * row;  // query t's row is P + t; its own key row is t + key_offset
     layout.key_offset = P;
     layout.attended_pairs = pairs;
+    layout.chunk = c.chunk;
     if (c.sinks) layout.sinks = d_sinks.data();
     if (flash) {
       kernels::attention_flash(as_bf16(d_ctx.data()), layout, d_pos.data(), d_tiles.data(),
@@ -154,31 +159,41 @@ int tile_checks() {
 }
 
 // count_attended_pairs (no device needed): stated figures, then a count key by key as the kernels
-// mask them (keys lo .. u of the query's sample, lo = u - window + 1 when that is later).
+// mask them (keys 0 .. u of the query's sample, u its position, that are among the last `window`
+// and in u's chunk).
 int pairs_checks() {
   struct Want {
     std::vector<std::int64_t> offsets;
     std::int64_t first_position, window, pairs;
+    std::int64_t chunk = 0;
   };
   const std::vector<Want> wants = {
       {{0, 3, 8}, 0, 0, 6 + 15},     {{0, 3, 8}, 0, 2, 5 + 9},      {{0, 3, 8}, 4, 0, 18 + 15},
       {{0, 3, 8}, 4, 2, 6 + 9},      {{0, 3, 8}, 1, 3, 8 + 12},     {{0, 0, 5}, 7, 0, 15},
-      {{0, 1}, 0, 0, 1},             {{0, 300}, 0, 17, 17 * 18 / 2 + 283 * 17}};
+      {{0, 1}, 0, 0, 1},             {{0, 300}, 0, 17, 17 * 18 / 2 + 283 * 17},
+      // chunks of 2: positions 0..2 see 1, 2, 1 keys, 0..4 see 1, 2, 1, 2, 1, and 4..6 as 0..2
+      {{0, 3, 8}, 0, 0, 4 + 7, 2},   {{0, 3, 8}, 4, 0, 4 + 7, 2},
+      // chunk 5: no mask on positions 0..4; 4..6 see 5, 1, 2
+      {{0, 3, 8}, 0, 0, 6 + 15, 5},  {{0, 3, 8}, 4, 0, 5 + 1 + 2 + 15, 5},
+      // chunk 1 (each its own key), and window 3 in 60 chunks of 5 (1, 2, 3, 3, 3 each)
+      {{0, 3, 8}, 0, 2, 3 + 5, 1},   {{0, 300}, 0, 3, 60 * (1 + 2 + 3 + 3 + 3), 5},
+      // kept positions 150..219 cross the chunk boundary at 200: 51..100, then 1..20 keys
+      {{0, 70, 71}, 150, 0, (51 + 100) * 50 / 2 + 20 * 21 / 2 + 1, 100}};
   int fails = 0;
   for (const Want& w : wants) {
-    const std::int64_t got = kernels::count_attended_pairs(w.offsets, w.first_position, w.window);
+    const std::int64_t got = kernels::count_attended_pairs(w.offsets, w.first_position, w.window, w.chunk);
     std::int64_t brute = 0;
     for (std::size_t s = 0; s + 1 < w.offsets.size(); ++s)
       for (std::int64_t t = w.offsets[s]; t < w.offsets[s + 1]; ++t) {
         const std::int64_t u = t - w.offsets[s] + (s == 0 ? w.first_position : 0);  // own key, sample-relative
-        const std::int64_t lo = w.window > 0 && u - w.window + 1 > 0 ? u - w.window + 1 : 0;
-        brute += u - lo + 1;
+        for (std::int64_t j = 0; j <= u; ++j)
+          brute += (w.window == 0 || j > u - w.window) && (w.chunk == 0 || j / w.chunk == u / w.chunk) ? 1 : 0;
       }
     const bool ok = got == w.pairs && brute == w.pairs;
-    std::printf("%s count_attended_pairs over %zu samples, first position %lld, window %lld: %lld (want %lld, "
-                "key by key %lld)\n",
+    std::printf("%s count_attended_pairs over %zu samples, first position %lld, window %lld, chunk %lld: %lld "
+                "(want %lld, key by key %lld)\n",
                 ok ? "ok  " : "FAIL", w.offsets.size() - 1, (long long)w.first_position, (long long)w.window,
-                (long long)got, (long long)w.pairs, (long long)brute);
+                (long long)w.chunk, (long long)got, (long long)w.pairs, (long long)brute);
     fails += ok ? 0 : 1;
   }
   return fails;
@@ -201,6 +216,22 @@ int main() {
         // GPT-OSS's sinks (head_dim 64, GQA 8:1, sliding window 128 on alternate layers)
         {mixed, 8, 2, 64, 0, 0, true}, {tiles, 8, 1, 64, 4, 0, true}, {{70, 5}, 4, 2, 64, 0, 100, true},
         {{130, 3, 64}, 16, 2, 64, 128, 37, true}, {tiles, 4, 2, 128, 0, 0, true}, {mixed, 6, 2, 12, 3, 20, true},
+        // Llama-4's attention chunks (Scout: head_dim 128, GQA 5:1, chunk 8192): chunks of 8 and 5
+        // (dividing the 64-key tile and not), 64 (the tile), 100 (query tiles that span a boundary)
+        // and 1 (each query its own key); head_dim 12 for the reference only
+        {tiles, 5, 1, 128, 0, 0, false, 8},    {tiles, 4, 2, 64, 0, 0, false, 5},
+        {mixed, 10, 2, 128, 0, 0, false, 5},   {mixed, 6, 2, 64, 0, 0, false, 8},
+        {{300}, 4, 2, 64, 0, 0, false, 100},   {{300, 2}, 4, 1, 128, 0, 0, false, 64},
+        {{70, 5}, 4, 2, 128, 0, 0, false, 1},  {mixed, 6, 2, 12, 0, 0, false, 5},
+        // a chunk and a window both: their intersection
+        {{300}, 4, 2, 128, 40, 0, false, 100}, {tiles, 4, 2, 64, 6, 0, false, 8},
+        // kept keys whose positions continue across chunk boundaries (50..114 in chunks of 8,
+        // 150..219 across 200, 13..82 and 37..166 in chunks of 5)
+        {{65, 9}, 4, 2, 64, 0, 50, false, 8}, {{70, 3}, 5, 1, 128, 0, 150, false, 100},
+        {{70, 3}, 6, 2, 12, 0, 13, false, 5}, {{130, 2}, 4, 2, 64, 0, 37, false, 5},
+        // chunks and sinks
+        {mixed, 8, 2, 64, 0, 0, true, 8}, {{130, 3, 64}, 8, 2, 128, 0, 37, true, 5},
+        {{70, 9}, 10, 2, 128, 0, 150, true, 100},
     };
     std::uint64_t seed = 10001;
     for (const Case& c : cases) failures += run_case(c, seed++, stream);

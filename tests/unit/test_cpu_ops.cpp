@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include "backend/cpu/ops.hpp"
 
@@ -22,29 +23,37 @@ std::vector<float> random_vec(std::size_t n, uint32_t seed) {
 }
 
 // Naive causal attention for a single sample, double accumulation: T queries, the last positions
-// of earlier + T keys; sinks [heads] or null (GPT-OSS: a logit in each row's softmax, no value).
+// of earlier + T keys; sinks [heads] or null (GPT-OSS: a logit in each row's softmax, no value);
+// chunk > 0: key j is seen only if j / chunk == p / chunk (Llama-4's chunked attention), with the
+// window as well when both are given.
 std::vector<float> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                    const std::vector<float>& v, int64_t T, int64_t heads, int64_t kvh,
-                                   int64_t hd, int64_t window, int64_t earlier = 0, const float* sinks = nullptr) {
+                                   int64_t hd, int64_t window, int64_t earlier = 0, const float* sinks = nullptr,
+                                   int64_t chunk = 0) {
   std::vector<float> out(std::size_t(T * heads * hd));
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t g = h / (heads / kvh);
     for (int64_t i = 0; i < T; ++i) {
       const int64_t p = earlier + i;  // the query's own key
+      const auto seen = [&](int64_t j) {
+        return (window == 0 || j > p - window) && (chunk == 0 || j / chunk == p / chunk);
+      };
       std::vector<double> w(std::size_t(earlier + T), 0.0);
       double mx = sinks != nullptr ? double(sinks[h]) : -1e300, sum = 0;
-      const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-      for (int64_t j = first; j <= p; ++j) {
+      for (int64_t j = 0; j <= p; ++j) {
+        if (!seen(j)) continue;
         double s = 0;
         for (int64_t d = 0; d < hd; ++d) s += double(q[(i * heads + h) * hd + d]) * k[(j * kvh + g) * hd + d];
         w[j] = s / std::sqrt(double(hd));
         mx = std::max(mx, w[j]);
       }
-      for (int64_t j = first; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      for (int64_t j = 0; j <= p; ++j)
+        if (seen(j)) sum += (w[j] = std::exp(w[j] - mx));
       if (sinks != nullptr) sum += std::exp(double(sinks[h]) - mx);
       for (int64_t d = 0; d < hd; ++d) {
         double acc = 0;
-        for (int64_t j = first; j <= p; ++j) acc += w[j] / sum * v[(j * kvh + g) * hd + d];
+        for (int64_t j = 0; j <= p; ++j)
+          if (seen(j)) acc += w[j] / sum * v[(j * kvh + g) * hd + d];
         out[(i * heads + h) * hd + d] = float(acc);
       }
     }
@@ -60,20 +69,20 @@ struct SinkBatch {
   std::vector<float> q = random_vec(std::size_t(40 * heads * hd), 11), k = random_vec(std::size_t(49 * kvh * hd), 12),
                      v = random_vec(std::size_t(49 * kvh * hd), 13);
 
-  std::vector<float> run(int64_t window, const float* sinks) const {
+  std::vector<float> run(int64_t window, const float* sinks, int64_t chunk = 0) const {
     std::vector<float> out(q.size());
     cpu::causal_attention(q.data(), q_offsets, k.data(), v.data(), kv_offsets, out.data(),
-                          {heads, kvh, hd, hd, 1.0f / std::sqrt(float(hd)), window, sinks});
+                          {heads, kvh, hd, hd, 1.0f / std::sqrt(float(hd)), window, sinks, chunk});
     return out;
   }
   // Segment s's rows of the naive reference.
-  std::vector<float> naive(std::size_t s, int64_t window, const float* sinks) const {
+  std::vector<float> naive(std::size_t s, int64_t window, const float* sinks, int64_t chunk = 0) const {
     const int64_t t0 = q_offsets[s], n = q_offsets[s + 1] - t0, kv0 = kv_offsets[s], nk = kv_offsets[s + 1] - kv0;
     const auto rows = [](const std::vector<float>& a, int64_t r0, int64_t r, int64_t width) {
       return std::vector<float>(a.begin() + r0 * width, a.begin() + (r0 + r) * width);
     };
     return naive_attention(rows(q, t0, n, heads * hd), rows(k, kv0, nk, kvh * hd), rows(v, kv0, nk, kvh * hd), n,
-                           heads, kvh, hd, window, nk - n, sinks);
+                           heads, kvh, hd, window, nk - n, sinks, chunk);
   }
   // The largest |scaled score| of any (query, key) pair, attended or not.
   float max_score() const {
@@ -179,6 +188,79 @@ TEST(CpuOps, AttentionNegligibleOrNullSinksEqualNoSinks) {
   cpu::causal_attention(b.q.data(), offsets, b.k.data(), b.v.data(), offsets, shape_api.data(),
                         {b.heads, b.kvh, b.hd, b.hd, 1.0f / std::sqrt(float(b.hd)), 3, nullptr});
   EXPECT_EQ(std::memcmp(old_api.data(), shape_api.data(), old_api.size() * sizeof(float)), 0);
+}
+
+// Llama-4's chunked attention over whole samples: 11 tokens in chunks of 4 (keys 0-3 | 4-7 |
+// 8-10), samples of 1 and 4 tokens (one chunk, ending on its boundary), and 600 tokens, whose
+// query blocks of 256 start mid-chunk for chunk 100; with a window as well, the intersection.
+TEST(CpuOps, AttentionChunkMatchesNaivePerSampleWithGqa) {
+  const int64_t heads = 6, kvh = 2, hd = 5;
+  const std::vector<int64_t> offsets = {0, 11, 12, 16, 616};
+  const int64_t T = offsets.back();
+  const auto q = random_vec(std::size_t(T * heads * hd), 21);
+  const auto k = random_vec(std::size_t(T * kvh * hd), 22);
+  const auto v = random_vec(std::size_t(T * kvh * hd), 23);
+  // (chunk, window)
+  const std::vector<std::pair<int64_t, int64_t>> masks = {{4, 0}, {5, 0}, {100, 0}, {4, 3}, {100, 30}};
+  for (const auto& [chunk, window] : masks) {
+    std::vector<float> out(q.size());
+    cpu::causal_attention(q.data(), offsets, k.data(), v.data(), offsets, out.data(),
+                          {heads, kvh, hd, hd, 1.0f / std::sqrt(float(hd)), window, nullptr, chunk});
+    for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
+      const int64_t t0 = offsets[s], n = offsets[s + 1] - t0;
+      auto slice = [&](const std::vector<float>& a, int64_t width) {
+        return std::vector<float>(a.begin() + t0 * width, a.begin() + (t0 + n) * width);
+      };
+      const auto want = naive_attention(slice(q, heads * hd), slice(k, kvh * hd), slice(v, kvh * hd), n, heads,
+                                        kvh, hd, window, 0, nullptr, chunk);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(out[std::size_t(t0 * heads * hd) + i], want[i], 1e-5)
+            << "sample " << s << " chunk " << chunk << " window " << window;
+    }
+  }
+}
+
+// Chunked prefill: segment 0's queries are positions 9..14 of its keys, so chunks of 4 split them
+// at position 12 (and 5 at 10), counted from the sample's start, not the batch's; with and
+// without sinks.
+TEST(CpuOps, AttentionChunkFollowsPositionsOfAContinuedSample) {
+  const SinkBatch b;
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  for (const int64_t chunk : {4, 5})
+    for (const float* sk : {static_cast<const float*>(nullptr), sinks.data()}) {
+      const std::vector<float> out = b.run(0, sk, chunk);
+      for (std::size_t s = 0; s + 1 < b.q_offsets.size(); ++s) {
+        const std::vector<float> want = b.naive(s, 0, sk, chunk);
+        const std::size_t o = std::size_t(b.q_offsets[s] * b.heads * b.hd);
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(out[o + i], want[i], 1e-5)
+              << "segment " << s << " chunk " << chunk << " sinks " << (sk != nullptr);
+      }
+    }
+}
+
+// A chunk at least as long as every sample (keys included) is no mask at all: bit for bit plain
+// causal attention. Chunk 1: each query sees only its own key, whose softmax weight is exactly 1,
+// so the output is that key's value, exactly.
+TEST(CpuOps, AttentionChunkLongerThanSampleIsCausalAndChunkOneIsOwnValue) {
+  const SinkBatch b;  // at most 33 keys per segment
+  const std::vector<float> causal = b.run(0, nullptr);
+  for (const int64_t chunk : {33, 34, 4096}) {
+    const std::vector<float> out = b.run(0, nullptr, chunk);
+    EXPECT_EQ(std::memcmp(out.data(), causal.data(), out.size() * sizeof(float)), 0) << "chunk " << chunk;
+  }
+  const std::vector<float> own = b.run(0, nullptr, 1);
+  for (std::size_t s = 0; s + 1 < b.q_offsets.size(); ++s) {
+    const int64_t earlier = (b.kv_offsets[s + 1] - b.kv_offsets[s]) - (b.q_offsets[s + 1] - b.q_offsets[s]);
+    for (int64_t t = b.q_offsets[s]; t < b.q_offsets[s + 1]; ++t) {
+      const int64_t key = b.kv_offsets[s] + earlier + (t - b.q_offsets[s]);  // the query's own key row
+      for (int64_t h = 0; h < b.heads; ++h)
+        for (int64_t d = 0; d < b.hd; ++d)
+          ASSERT_EQ(own[std::size_t((t * b.heads + h) * b.hd + d)],
+                    b.v[std::size_t((key * b.kvh + h / (b.heads / b.kvh)) * b.hd + d)])
+              << "token " << t << " head " << h;
+    }
+  }
 }
 
 // GPT-OSS's clamped SwiGLU against a double reference, gates and ups on both sides of both clamps.

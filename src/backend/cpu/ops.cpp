@@ -162,9 +162,16 @@ void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets, i
 
 void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, const float* k, const float* v,
                       const std::vector<int64_t>& kv_offsets, float* out, const AttentionShape& a) {
-  const auto [heads, kv_heads, qk_dim, v_dim, scale, window, sinks] = a;
+  const auto [heads, kv_heads, qk_dim, v_dim, scale, window, sinks, chunk] = a;
   LT_CHECK(kv_heads > 0 && heads % kv_heads == 0, "attention: ", heads, " query heads for ", kv_heads,
            " key/value heads");
+  LT_CHECK(chunk >= 0, "attention: negative chunk ", chunk);
+  // The first key position the query at position p sees: nondecreasing in p, so a block's first
+  // row bounds the keys of all its rows.
+  const auto first_key = [window, chunk](int64_t p) {
+    const int64_t w = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+    return chunk > 0 ? std::max(w, p - p % chunk) : w;
+  };
   LT_CHECK(q_offsets.size() == kv_offsets.size(), "attention: ", q_offsets.size() - 1, " query segments for ",
            kv_offsets.size() - 1, " key segments");
   const int64_t group = heads / kv_heads;
@@ -186,7 +193,7 @@ void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, con
       for (int64_t r0 = 0; r0 < n; r0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, n - r0);
         const int64_t p0 = earlier + r0;  // the block's first query position in the sample
-        const int64_t k0 = window > 0 ? std::max<int64_t>(0, p0 - window + 1) : 0;  // first key any row sees
+        const int64_t k0 = first_key(p0);  // first key any row sees
         const int64_t keys = p0 + rows - k0;
         scores.resize(std::size_t(rows * keys));
         // scores [rows, keys] = q_h [rows, qk] @ k_g[k0 : k0+keys]^T, scaled
@@ -194,7 +201,7 @@ void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, con
                     qh + r0 * qs, qs, kh + k0 * ks, ks, 0.0f, scores.data(), int(keys));
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t qi = p0 + i;  // position in the sample
-          const int64_t first = (window > 0 ? std::max<int64_t>(0, qi - window + 1) : 0) - k0;
+          const int64_t first = first_key(qi) - k0;
           const int64_t last = qi - k0;
           float* row = scores.data() + i * keys;
           // transformers' GPT-OSS order: the sink is the row's last logit, in the max and the sum.

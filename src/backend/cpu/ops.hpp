@@ -63,11 +63,16 @@ class Rope {
 // sliding-window mask. With sinks (GPT-OSS), head h's learned logit sinks[h], in the units of the
 // scaled scores, joins each row's softmax and is dropped after it: with m = max(max_j s_j, sink),
 // p_j = exp(s_j - m) / (sum_i exp(s_i - m) + exp(sink - m)); it takes mass but has no value.
+// chunk > 0 (Llama-4's chunked_attention layers): the query at position p sees only the keys of
+// its own chunk, positions floor(p / chunk) * chunk .. p; p counts from the sample's start, its
+// earlier keys included when it continues, so the boundaries follow the sample's true positions.
+// With a window too, both apply.
 struct AttentionShape {
   int64_t heads, kv_heads, qk_dim, v_dim;
   float scale;
   int64_t window;
   const float* sinks = nullptr;  // [heads] this rank's query heads' sink logits, or null
+  int64_t chunk = 0;  // > 0: only keys of the query's own chunk of `chunk` positions (Llama-4)
 };
 void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, const float* k, const float* v,
                       const std::vector<int64_t>& kv_offsets, float* out, const AttentionShape& shape);

@@ -517,7 +517,7 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
     auto it = std::find_if(by_window.begin(), by_window.end(), [&](const auto& p) { return p.first == window; });
     if (it == by_window.end())
       it = by_window.insert(by_window.end(),
-                            {window, kernels::count_attended_pairs(batch.offsets, batch.first_position, window)});
+                            {window, kernels::count_attended_pairs(batch.offsets, batch.first_position, window, 0)});
     attended_pairs_[std::size_t(i)] = it->second;
   }
 
