@@ -33,6 +33,12 @@ unsigned grid_for(std::int64_t items, std::int64_t per_block) {
 // The most experts per lane of the warp router (E <= 32 * kMaxPerLane); beyond, one thread per token.
 constexpr int kMaxPerLane = 32;
 
+// Whether the warp router stages a row in shared memory: the group step or the softmax's sum.
+// The top-k-of-logits kinds rank the logits in registers.
+LT_HD inline bool route_staged(const RouteParams& p) {
+  return (p.kind == RouteParams::SigmoidGroupedTopk && p.n_group > 1) || p.kind == RouteParams::SoftmaxTopk;
+}
+
 // One thread per token: route_token itself (E > 32 * kMaxPerLane only; no model comes near).
 __global__ void __launch_bounds__(kBlock)
     route_serial_kernel(RouteParams p, float* __restrict__ logits, float* __restrict__ choice,
@@ -79,8 +85,9 @@ __device__ __forceinline__ Candidate lane_next(const float (&c)[PER], const floa
 // butterfly's result is the serial scan's, whatever the order it combines in); after each pick
 // only the lane that held it looks for its next candidate. Sums keep route_token's order: the
 // softmax denominator over e = 0..E-1 and the chosen scores over j = 0..k-1, each lane adding the
-// same values in the same order. Shared memory per warp: E floats (the choices for the groups'
-// scores, or the exponentials for the softmax sum) and 2 kMaxRouteGroups.
+// same values in the same order. Shared memory per warp (route_staged: grouped or SoftmaxTopk): E
+// floats (the choices for the groups' scores, or the exponentials for the softmax sum) and
+// 2 kMaxRouteGroups.
 template <int PER>
 __global__ void __launch_bounds__(kBlock)
     route_warp_kernel(RouteParams p, float* __restrict__ logits, const float* __restrict__ bias,
@@ -91,8 +98,8 @@ __global__ void __launch_bounds__(kBlock)
   const std::int32_t E = p.num_experts, k = p.top_k;
   const bool sigmoid = p.kind == RouteParams::SigmoidGroupedTopk;
   const bool grouped = sigmoid && p.n_group > 1;
-  // Used when grouped or softmax (else the launch has no shared memory).
-  float* stage = grouped || !sigmoid ? route_smem + std::int64_t(warp) * (E + 2 * kMaxRouteGroups) : nullptr;
+  // Null unless staged (else the launch has no shared memory).
+  float* stage = route_staged(p) ? route_smem + std::int64_t(warp) * (E + 2 * kMaxRouteGroups) : nullptr;
   float* group_score = grouped ? stage + E : nullptr;
   float* group_kept = grouped ? group_score + kMaxRouteGroups : nullptr;
   for (std::int64_t t = std::int64_t(blockIdx.x) * kWarps + warp; t < T; t += std::int64_t(gridDim.x) * kWarps) {
@@ -132,7 +139,8 @@ __global__ void __launch_bounds__(kBlock)
         }
         __syncwarp();  // the stage is rewritten by the next token
       }
-    } else if (p.kind == RouteParams::TopkSoftmax) {  // the logits ranked as they are
+    } else if (p.kind == RouteParams::TopkSoftmax || p.kind == RouteParams::TopkSigmoid) {
+      // The logits ranked as they are; route_weight turns TopkSigmoid's picks into sigmoids.
 #pragma unroll
       for (int i = 0; i < PER; ++i) {
         const std::int32_t e = lane + 32 * i;
@@ -391,21 +399,40 @@ __global__ void __launch_bounds__(kBlock)
     counts[e] = offsets[e + 1] - offsets[e];
 }
 
-// Rows grid-strided; 16-byte copies when H % 8 == 0 (the buffers are 256-byte aligned).
+// Row r's routing weight: weights[i] of its pair i = t * k + j, the one with slot[i] == r.
+__device__ __forceinline__ float row_weight(const std::int32_t* __restrict__ slot, const float* __restrict__ weights,
+                                            std::int64_t k, std::int32_t t, std::int64_t r) {
+  const std::int64_t first = std::int64_t(t) * k;
+  for (std::int64_t i = first; i < first + k; ++i)
+    if (slot[i] == r) return weights[i];
+  return 0.0f;  // unreachable: moe_permute gave row r to one of token t's pairs
+}
+
+// Rows grid-strided; 16-byte copies when H % 8 == 0 (the buffers are 256-byte aligned). With
+// weights, each element is bf16(float(h) * w): one rounding, w the row's routing weight.
 template <int VEC>
 __global__ void __launch_bounds__(kBlock)
     gather_kernel(__nv_bfloat16* __restrict__ x_perm, const __nv_bfloat16* __restrict__ h,
                   const std::int32_t* __restrict__ perm_token, const std::int32_t* __restrict__ total_rows,
-                  std::int64_t H) {
+                  std::int64_t H, const std::int32_t* __restrict__ slot, const float* __restrict__ weights,
+                  std::int64_t k) {
   const std::int64_t rows = *total_rows;
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const __nv_bfloat16* src = h + std::int64_t(perm_token[r]) * H;
+    const std::int32_t t = perm_token[r];
+    const __nv_bfloat16* src = h + std::int64_t(t) * H;
     __nv_bfloat16* dst = x_perm + r * H;
+    const float w = weights != nullptr ? row_weight(slot, weights, k, t, r) : 1.0f;
     for (std::int64_t c = std::int64_t(threadIdx.x) * VEC; c < H; c += std::int64_t(kBlock) * VEC) {
       if constexpr (VEC == 8) {
-        *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
+        uint4 v = *reinterpret_cast<const uint4*>(src + c);
+        if (weights != nullptr) {
+          auto* x = reinterpret_cast<__nv_bfloat16*>(&v);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) x[q] = __float2bfloat16_rn(__bfloat162float(x[q]) * w);
+        }
+        *reinterpret_cast<uint4*>(dst + c) = v;
       } else {
-        dst[c] = src[c];
+        dst[c] = weights != nullptr ? __float2bfloat16_rn(__bfloat162float(src[c]) * w) : src[c];
       }
     }
   }
@@ -423,7 +450,7 @@ __global__ void __launch_bounds__(kBlock)
     __syncthreads();  // the previous token's table is read
     if (threadIdx.x < k) {
       s_slot[threadIdx.x] = slot[t * k + threadIdx.x];
-      s_weight[threadIdx.x] = weights[t * k + threadIdx.x];
+      s_weight[threadIdx.x] = weights != nullptr ? weights[t * k + threadIdx.x] : 1.0f;  // 1 * y: exact
     }
     __syncthreads();
     for (std::int64_t c = threadIdx.x; c < H; c += kBlock) {
@@ -455,6 +482,8 @@ void launch_route_warp(const Grid& g, const RouteParams& p, float* logits, const
 
 void moe_route(const RouteParams& p, float* logits, float* choice, const float* bias, const float* logit_offset,
                std::int32_t* experts, float* weights, std::int64_t T, cudaStream_t stream) {
+  LT_CHECK(p.kind >= RouteParams::SigmoidGroupedTopk && p.kind <= RouteParams::TopkSigmoid,
+           "moe_route: unknown routing kind ", p.kind);
   LT_CHECK(p.num_experts > 0 && p.top_k > 0 && p.top_k <= p.num_experts && T >= 0, "moe_route: bad shape E=",
            p.num_experts, " top_k=", p.top_k, " T=", T);
   LT_CHECK(p.kind != RouteParams::SigmoidGroupedTopk ||
@@ -466,7 +495,7 @@ void moe_route(const RouteParams& p, float* logits, float* choice, const float* 
            "moe_route: null pointer argument");
   if (T == 0) return;
   const double E = p.num_experts, k = p.top_k, tokens = double(T);
-  const bool sigmoid = p.kind == RouteParams::SigmoidGroupedTopk, grouped = sigmoid && p.n_group > 1;
+  const bool grouped = p.kind == RouteParams::SigmoidGroupedTopk && p.n_group > 1;
   // Bytes: the logits read and the scores written back (T, E), the bias and offset rows (cached),
   // the (T, k) experts and weights.
   Work work;
@@ -490,10 +519,11 @@ void moe_route(const RouteParams& p, float* logits, float* choice, const float* 
   // the softmax sum serial over E in every lane (~4 each); the group scores' two scans of each
   // group by one lane (~16 per expert) and the groups' ranking.
   const double groups = grouped ? p.n_group : 0;
-  work.ops = tokens * (E * 40 + 32 * k * (80 + 16.0 * per) + (sigmoid ? 0 : 32 * E * 4) +
+  work.ops = tokens * (E * 40 + 32 * k * (80 + 16.0 * per) + (p.kind == RouteParams::SoftmaxTopk ? 32 * E * 4 : 0) +
                        (grouped ? 32 * (2 * (E / groups) * 16 + groups * 8) + E * 4 : 0));
-  const std::size_t smem =
-      grouped || !sigmoid ? std::size_t(kWarps) * std::size_t(p.num_experts + 2 * kMaxRouteGroups) * sizeof(float) : 0;
+  const std::size_t smem = route_staged(p) ? std::size_t(kWarps) * std::size_t(p.num_experts + 2 * kMaxRouteGroups) *
+                                                 sizeof(float)
+                                           : 0;
   const Grid g{grid_for(T, kWarps), kBlock, smem, stream, work};
   switch (per) {
     case 1: launch_route_warp<1>(g, p, logits, bias, logit_offset, experts, weights, T); break;
@@ -576,24 +606,33 @@ void moe_permute(const std::int32_t* experts, std::int64_t T, std::int64_t top_k
 }
 
 void moe_gather(__nv_bfloat16* x_perm, const __nv_bfloat16* h, const std::int32_t* perm_token,
-                const std::int32_t* total_rows, std::int64_t max_rows, std::int64_t H, cudaStream_t stream) {
+                const std::int32_t* total_rows, std::int64_t max_rows, std::int64_t H, cudaStream_t stream,
+                const std::int32_t* slot, const float* weights, std::int64_t top_k) {
   LT_CHECK(max_rows >= 0 && H > 0, "moe_gather: bad shape max_rows=", max_rows, " H=", H);
   LT_CHECK(x_perm != nullptr && h != nullptr && perm_token != nullptr && total_rows != nullptr,
            "moe_gather: null pointer argument");
+  LT_CHECK(weights == nullptr || (slot != nullptr && top_k > 0), "moe_gather: weights need slot and top_k > 0 (top_k ",
+           top_k, ")");
   if (max_rows == 0) return;
   const unsigned grid = static_cast<unsigned>(max_rows < kMaxGrid ? max_rows : kMaxGrid);
   const bool aligned = H % 8 == 0 && reinterpret_cast<std::uintptr_t>(x_perm) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(h) % 16 == 0;
   // Upper bounds (the rows are known on the device only): max_rows rows of H bf16 copied, their
-  // tokens read; ~6 instructions per 16-byte copy (per element unaligned).
+  // tokens read; ~6 instructions per 16-byte copy (per element unaligned). Weighted: every thread
+  // of a row scans the token's top_k slots (~4 instructions each, the slots and the weight read
+  // through the cache), ~4 per element to widen, multiply and round.
+  const bool weighted = weights != nullptr;
   Work work;
-  work.read = double(max_rows) * (double(H) * 2 + 4) + 4;
+  work.read = double(max_rows) * (double(H) * 2 + 4 + (weighted ? double(top_k) * 4 + 4 : 0)) + 4;
   work.written = double(max_rows) * double(H) * 2;
-  work.ops = double(max_rows) * double(H) * (aligned ? 6.0 / 8 : 6.0) + double(grid) * kBlock * 10;
+  work.ops = double(max_rows) * double(H) * ((aligned ? 6.0 / 8 : 6.0) + (weighted ? 4 : 0)) +
+             double(grid) * kBlock * 10 + (weighted ? double(max_rows) * kBlock * 4 * double(top_k) : 0);
   if (aligned) {
-    launch<gather_kernel<8>>(Grid{grid, kBlock, 0, stream, work}, x_perm, h, perm_token, total_rows, H);
+    launch<gather_kernel<8>>(Grid{grid, kBlock, 0, stream, work}, x_perm, h, perm_token, total_rows, H, slot, weights,
+                             top_k);
   } else {
-    launch<gather_kernel<1>>(Grid{grid, kBlock, 0, stream, work}, x_perm, h, perm_token, total_rows, H);
+    launch<gather_kernel<1>>(Grid{grid, kBlock, 0, stream, work}, x_perm, h, perm_token, total_rows, H, slot, weights,
+                             top_k);
   }
   LT_CUDA_CHECK_LAUNCH();
 }
@@ -603,14 +642,15 @@ void moe_combine(__nv_bfloat16* out, const __nv_bfloat16* y, const std::int32_t*
                  cudaStream_t stream) {
   LT_CHECK(T >= 0 && top_k > 0 && top_k <= kMaxTopK && H > 0, "moe_combine: bad shape T=", T, " top_k=", top_k,
            " H=", H, " (top_k at most ", kMaxTopK, ")");
-  LT_CHECK(out != nullptr && slot != nullptr && weights != nullptr && y != nullptr, "moe_combine: null pointer argument");
+  LT_CHECK(out != nullptr && slot != nullptr && y != nullptr, "moe_combine: null pointer argument");
   if (T == 0) return;
   const unsigned grid = static_cast<unsigned>(T < kMaxGrid ? T : kMaxGrid);
   // Upper bound (the rows are known on the device only): a row of y (H bf16) for every choice, as
   // if all were local; the slots and weights, shared and out once. Per element ~6 instructions per
   // choice (slot test, load, convert, multiply-add) and ~8 for shared, the rounding and the store.
   Work work;
-  work.read = double(T) * double(top_k) * (8 + double(H) * 2) + (shared != nullptr ? double(T) * double(H) * 2 : 0);
+  work.read = double(T) * double(top_k) * ((weights != nullptr ? 8 : 4) + double(H) * 2) +
+              (shared != nullptr ? double(T) * double(H) * 2 : 0);
   work.written = double(T) * double(H) * 2;
   work.ops = double(T) * double(H) * (6 * double(top_k) + 8);
   launch<combine_kernel>(Grid{grid, kBlock, 0, stream, work}, out, y, slot, weights, shared, T, top_k, H);

@@ -1,7 +1,8 @@
 // Mixture-of-experts steps between the products (the products themselves are cuBLASLt GEMMs):
-// routing, the permutation of tokens by expert, and the weighted un-permutation. One rank holds
-// the experts [first, first + n_local) (whole experts, or every expert's intermediate slice with
-// first 0 and n_local E). Usable from host C++ (g++) and from .cu files.
+// routing, the permutation of tokens by expert (their inputs weighted for Llama-4), and the
+// (weighted) un-permutation. One rank holds the experts [first, first + n_local) (whole experts, or
+// every expert's intermediate slice with first 0 and n_local E). Usable from host C++ (g++) and
+// from .cu files.
 #pragma once
 #include <cstdint>
 
@@ -13,8 +14,9 @@
 namespace layertap::kernels {
 
 // Per token t < T (one warp each, lanes strided over the experts; E > 1024: one thread each):
-// logits (T, E) float32 are overwritten with the scores, choice (T, E) is scratch (used only past
-// 1024 experts), and experts/weights (T, top_k) receive route_token's choice, bit for bit.
+// logits (T, E) float32 are overwritten with the scores (TopkSoftmax, TopkSigmoid: the logits),
+// choice (T, E) is scratch (used only past 1024 experts), and experts/weights (T, top_k) receive
+// route_token's choice, bit for bit.
 // `logit_offset` (E) or null is added to every logit first: the router's own bias (GPT-OSS; the
 // float32 sum F.linear forms) or a synthetic load skew (benchmark); `bias` (E) or null is
 // e_score_correction_bias.
@@ -36,11 +38,16 @@ void moe_permute(const std::int32_t* experts, std::int64_t T, std::int64_t top_k
 
 // x_perm (rows, H) = h (T, H) [perm_token[row]] for row < offsets[n_local] (read on the device);
 // `max_rows` bounds the launch (T * min(top_k, n_local)).
+// Input-weighted experts (Llama-4): with `weights` (T, top_k) float32 (moe_route's) and moe_permute's
+// `slot` (T, top_k), row r = slot[t, j] is bf16(h[t] * weights[t, j]), the float32 product rounded
+// once; then moe_combine with null weights. Null weights (every other family): a copy.
 void moe_gather(__nv_bfloat16* x_perm, const __nv_bfloat16* h, const std::int32_t* perm_token,
-                const std::int32_t* total_rows, std::int64_t max_rows, std::int64_t H, cudaStream_t stream);
+                const std::int32_t* total_rows, std::int64_t max_rows, std::int64_t H, cudaStream_t stream,
+                const std::int32_t* slot = nullptr, const float* weights = nullptr, std::int64_t top_k = 0);
 
 // out (T, H) = bf16( sum_j [slot[t, j] >= 0] weights[t, j] * y[slot[t, j]] + shared[t] ), the sum in
-// float32 in choice order j = 0..top_k-1, shared (T, H) or null (no shared experts).
+// float32 in choice order j = 0..top_k-1, shared (T, H) or null (no shared experts). Null weights:
+// every weight 1, the outputs summed unweighted (input-weighted experts, weighted by moe_gather).
 void moe_combine(__nv_bfloat16* out, const __nv_bfloat16* y, const std::int32_t* slot, const float* weights,
                  const __nv_bfloat16* shared, std::int64_t T, std::int64_t top_k, std::int64_t H,
                  cudaStream_t stream);

@@ -12,6 +12,8 @@
 //   Qwen3-MoE (SoftmaxTopk): softmax over all experts; top_k; divided by their sum when
 //   norm_topk_prob.
 //   GPT-OSS (TopkSoftmax): top_k of the logits; softmax over those k (max and sum skip NaN).
+//   Llama-4 (TopkSigmoid): top_k of the logits; each weight the sigmoid of its logit (no
+//   renormalisation, no scaling).
 // Orders: larger first; among equal values the lower index first (as the CPU's top_k).
 // NaN comes after every number (-inf included), NaNs among themselves lower index first.
 #pragma once
@@ -27,7 +29,7 @@
 namespace layertap::kernels {
 
 struct RouteParams {
-  enum Kind : std::int32_t { SigmoidGroupedTopk = 0, SoftmaxTopk = 1, TopkSoftmax = 2 };
+  enum Kind : std::int32_t { SigmoidGroupedTopk = 0, SoftmaxTopk = 1, TopkSoftmax = 2, TopkSigmoid = 3 };
   std::int32_t kind = SoftmaxTopk;
   std::int32_t num_experts = 0, top_k = 0;
   std::int32_t n_group = 1, topk_group = 1;  // SigmoidGroupedTopk
@@ -92,8 +94,9 @@ LT_HD inline bool route_group_kept(const float* group_score, std::int32_t n_grou
 }
 
 // A chosen expert's weight from its score and `sum`, the float32 sum of the top_k chosen scores
-// taken in choice order (j = 0, 1, ...).
+// taken in choice order (j = 0, 1, ...). TopkSigmoid's score is the logit, its weight the sigmoid.
 LT_HD inline float route_weight(const RouteParams& p, float score, float sum) {
+  if (p.kind == RouteParams::TopkSigmoid) return route_sigmoid(score);
   if (p.kind == RouteParams::SigmoidGroupedTopk) {
     const float denominator = sum + 1e-20f;
     if (p.norm_topk_prob) score /= denominator;
@@ -117,8 +120,9 @@ LT_HD inline void route_softmax_of_picks(float* w, std::int32_t k) {
 }
 
 // One token. `logits` (E) float32 is overwritten with the scores (sigmoid or softmax
-// probabilities); `choice` (E) is scratch; `bias` (E) is e_score_correction_bias (SigmoidGroupedTopk
-// only; may be null = 0). Writes experts[0..top_k) and weights[0..top_k).
+// probabilities; TopkSoftmax and TopkSigmoid leave them); `choice` (E) is scratch; `bias` (E) is
+// e_score_correction_bias (SigmoidGroupedTopk only; may be null = 0). Writes experts[0..top_k)
+// and weights[0..top_k).
 LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice, const float* bias,
                               std::int32_t* experts, float* weights) {
   const std::int32_t E = p.num_experts, k = p.top_k;
@@ -136,8 +140,8 @@ LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice
         if (!route_group_kept(group_score, p.n_group, p.topk_group, g))
           for (std::int32_t e = g * per; e < (g + 1) * per; ++e) choice[e] = -INFINITY;
     }
-  } else if (p.kind == RouteParams::TopkSoftmax) {
-    choice = logits;  // ranked as they are; the softmax comes after the pick
+  } else if (p.kind == RouteParams::TopkSoftmax || p.kind == RouteParams::TopkSigmoid) {
+    choice = logits;  // ranked as they are; the softmax or the sigmoids come after the pick
   } else {
     // SoftmaxTopk. The max and the sum skip NaN, so one NaN logit leaves the other probabilities
     // as they are (its own is NaN, ranked last) instead of turning every one into NaN.

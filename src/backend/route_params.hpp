@@ -15,6 +15,7 @@ inline kernels::RouteParams route_params(const MoeConfig& m) {
     case MoeConfig::Routing::SigmoidGroupedTopk: p.kind = kernels::RouteParams::SigmoidGroupedTopk; break;
     case MoeConfig::Routing::SoftmaxTopk: p.kind = kernels::RouteParams::SoftmaxTopk; break;
     case MoeConfig::Routing::TopkSoftmax: p.kind = kernels::RouteParams::TopkSoftmax; break;
+    case MoeConfig::Routing::TopkSigmoid: p.kind = kernels::RouteParams::TopkSigmoid; break;
   }
   p.num_experts = std::int32_t(m.num_experts);
   p.top_k = std::int32_t(m.experts_per_token);

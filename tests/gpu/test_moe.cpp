@@ -8,7 +8,8 @@
 //     only through expf's last bits (CUDA's expf is within 2 ulp): 4e-6 relative (NaN meets NaN).
 //     On the simulated GPU, whose expf is the host's, the weights must match bit for bit: the
 //     warp router keeps route_token's every operation and summation order.
-//   permutation and gather: exact (integers, copies).
+//   permutation and gather: exact (integers, copies; input-weighted rows bf16(h * w) rounded once,
+//     as the host rounds them).
 //   combine: one bf16 rounding of a float32 sum, u |ref| (u = 2^-8), plus the float32 summation
 //     order and fused multiply-adds, 1e-6 of the sum of |terms|.
 #include <algorithm>
@@ -90,9 +91,11 @@ int route_case(const std::string& name, const kernels::RouteParams& p, bool bias
 
 // Random distinct experts per token; permutation, gather and combine against host references.
 // `repeats`: experts drawn with replacement (a token may name one twice: its pairs in choice
-// order); needs n >= k, so that T * min(k, n) rows still hold them.
+// order); needs n >= k, so that T * min(k, n) rows still hold them. `weight_input` (Llama-4): the
+// gather scales each row by its pair's weight and the combine sums unweighted (null weights).
 int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t first, std::int64_t n,
-                 std::int64_t H, bool shared, std::uint64_t seed, cudaStream_t stream, bool repeats = false) {
+                 std::int64_t H, bool shared, std::uint64_t seed, cudaStream_t stream, bool repeats = false,
+                 bool weight_input = false) {
   std::mt19937_64 rng(seed);
   std::vector<std::int32_t> experts(std::size_t(T * k));
   std::vector<std::int32_t> all(static_cast<std::size_t>(E));
@@ -112,13 +115,15 @@ int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t fi
     if (e >= first && e < first + n) ++counts[std::size_t(e - first)];
   for (std::int64_t e = 0; e < n; ++e) offsets[std::size_t(e + 1)] = offsets[std::size_t(e)] + counts[std::size_t(e)];
   const std::int64_t rows = offsets[std::size_t(n)], max_rows = T * std::min(k, n);
-  std::vector<std::int32_t> fill(offsets.begin(), offsets.end() - 1), perm(static_cast<std::size_t>(rows));
+  std::vector<std::int32_t> fill(offsets.begin(), offsets.end() - 1), perm(static_cast<std::size_t>(rows)),
+      pair_of_row(static_cast<std::size_t>(rows));
   for (std::int64_t i = 0; i < T * k; ++i) {
     const std::int32_t e = experts[std::size_t(i)];
     if (e < first || e >= first + n) continue;
     const std::int32_t r = fill[std::size_t(e - first)]++;
     slot[std::size_t(i)] = r;
     perm[std::size_t(r)] = std::int32_t(i / k);
+    pair_of_row[std::size_t(r)] = std::int32_t(i);
   }
   const std::vector<bf16_bits> h = normal_bf16(rng, T * H, 1.0f);
   const std::vector<bf16_bits> y = normal_bf16(rng, std::max<std::int64_t>(rows, 1) * H, 1.0f);
@@ -138,27 +143,34 @@ int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t fi
   poison_bf16(d_out);
   kernels::moe_permute(d_experts.data(), T, k, first, n, d_counts.data(), d_offsets.data(), d_slot.data(), d_perm.data(),
                        stream);
-  kernels::moe_gather(as_bf16(d_x.data()), as_bf16(d_h.data()), d_perm.data(), d_offsets.data() + n, max_rows, H, stream);
+  kernels::moe_gather(as_bf16(d_x.data()), as_bf16(d_h.data()), d_perm.data(), d_offsets.data() + n, max_rows, H, stream,
+                      weight_input ? d_slot.data() : nullptr, weight_input ? d_w.data() : nullptr, weight_input ? k : 0);
   const bool combine = k <= 64;  // moe_combine's limit
   if (combine)
-    kernels::moe_combine(as_bf16(d_out.data()), as_bf16(d_y.data()), d_slot.data(), d_w.data(),
+    kernels::moe_combine(as_bf16(d_out.data()), as_bf16(d_y.data()), d_slot.data(), weight_input ? nullptr : d_w.data(),
                          shared ? as_bf16(d_sh.data()) : nullptr, T, k, H, stream);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   int fails = 0;
   char name[160];
-  std::snprintf(name, sizeof name, "T=%lld E=%lld k=%lld experts %lld..%lld H=%lld%s%s", (long long)T, (long long)E,
-                (long long)k, (long long)first, (long long)(first + n - 1), (long long)H, shared ? " +shared" : "",
-                repeats ? " repeats" : "");
+  std::snprintf(name, sizeof name, "T=%lld E=%lld k=%lld experts %lld..%lld H=%lld%s%s%s", (long long)T,
+                (long long)E, (long long)k, (long long)first, (long long)(first + n - 1), (long long)H,
+                shared ? " +shared" : "", repeats ? " repeats" : "", weight_input ? " input-weighted" : "");
   const std::vector<std::int32_t> got_perm = d_perm.download();
   const bool perm_ok = d_counts.download() == counts && d_offsets.download() == offsets && d_slot.download() == slot &&
                        std::equal(perm.begin(), perm.end(), got_perm.begin());
-  // Gather: rows [0, rows) are h's rows; rows past the total keep the sentinel.
+  // Gather: rows [0, rows) are h's rows (input-weighted: bf16(h * w) of the row's pair); rows past
+  // the total keep the sentinel.
   const std::vector<bf16_bits> x = d_x.download();
   std::int64_t gather_bad = 0;
   for (std::int64_t r = 0; r < max_rows; ++r)
     for (std::int64_t c = 0; c < H; ++c) {
-      const bf16_bits want = r < rows ? h[std::size_t(std::int64_t(perm[std::size_t(r)]) * H + c)] : bf16_bits(0xa5a5);
+      bf16_bits want = bf16_bits(0xa5a5);
+      if (r < rows) {
+        want = h[std::size_t(std::int64_t(perm[std::size_t(r)]) * H + c)];
+        if (weight_input)
+          want = layertap::float_to_bf16(layertap::bf16_to_float(want) * weights[std::size_t(pair_of_row[std::size_t(r)])]);
+      }
       gather_bad += x[std::size_t(r * H + c)] != want;
     }
   const std::int64_t damage = d_counts.guard_damage() + d_offsets.guard_damage() + d_slot.guard_damage() +
@@ -169,7 +181,7 @@ int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t fi
   fails += ok ? 0 : 1;
   if (!combine) return fails;
 
-  // Combine against the float32 sum.
+  // Combine against the float32 sum (input-weighted: of the outputs themselves).
   std::vector<float> ref(std::size_t(T * H)), got = widen(d_out.download());
   std::vector<double> bound(ref.size());
   for (std::int64_t t = 0; t < T; ++t)
@@ -179,7 +191,8 @@ int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t fi
       for (std::int64_t j = 0; j < k; ++j) {
         const std::int32_t s = slot[std::size_t(t * k + j)];
         if (s < 0) continue;
-        const float term = weights[std::size_t(t * k + j)] * layertap::bf16_to_float(y[std::size_t(std::int64_t(s) * H + c)]);
+        const float w = weight_input ? 1.0f : weights[std::size_t(t * k + j)];
+        const float term = w * layertap::bf16_to_float(y[std::size_t(std::int64_t(s) * H + c)]);
         acc += term;
         mag += std::fabs(double(term));
       }
@@ -213,6 +226,13 @@ int main() {
     auto* i = reinterpret_cast<std::int32_t*>(std::uintptr_t(0x2000));
     expect_throw(host, "kept groups hold fewer experts than top_k",
                  [&] { kernels::moe_route(groups, f, f, nullptr, nullptr, i, f, 1, nullptr); });
+    kernels::RouteParams unknown = bad;
+    unknown.top_k = 2, unknown.kind = 4;
+    expect_throw(host, "an unknown routing kind",
+                 [&] { kernels::moe_route(unknown, f, f, nullptr, nullptr, i, f, 1, nullptr); });
+    auto* b = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x3000));
+    expect_throw(host, "gather weights without their slots",
+                 [&] { kernels::moe_gather(b, b, i, i, 4, 8, nullptr, nullptr, f, 2); });
   }
   return run_kernel_test(host, [](cudaStream_t stream) {
     int failures = 0;
@@ -285,6 +305,26 @@ int main() {
     kernels::RouteParams oss_wide = oss;
     oss_wide.num_experts = 96, oss_wide.top_k = 40;
     failures += route_case("top-k softmax 96 experts, top 40", oss_wide, false, false, 40, stream, 20);
+    kernels::RouteParams llama4;  // Llama-4: the top-k logits, each weight its sigmoid
+    llama4.kind = kernels::RouteParams::TopkSigmoid;
+    llama4.num_experts = 16, llama4.top_k = 1;
+    failures += route_case("llama-4 16 experts, top-1 logit sigmoided", llama4, false, false, 51, stream);
+    failures += route_case("llama-4 16 experts, top-1, logit offsets", llama4, false, true, 52, stream, 7);
+    failures += route_case("llama-4 16 experts, top-1, ties", llama4, false, false, 53, stream, 40, Logits::Ties);
+    failures += route_case("llama-4 16 experts, top-1, NaN/inf", llama4, false, false, 54, stream, 40, Logits::Special);
+    kernels::RouteParams maverick = llama4;
+    maverick.num_experts = 128;
+    failures += route_case("llama-4 128 experts, top-1", maverick, false, false, 55, stream);
+    kernels::RouteParams llama4_k = llama4;
+    llama4_k.top_k = 4;
+    failures += route_case("top-k sigmoid 16 experts, top 4, ties", llama4_k, false, false, 56, stream, 40, Logits::Ties);
+    failures += route_case("top-k sigmoid 16 experts, top 4, NaN/inf", llama4_k, false, false, 57, stream, 40,
+                           Logits::Special);
+    kernels::RouteParams llama4_wide = llama4;
+    llama4_wide.num_experts = 96, llama4_wide.top_k = 40;
+    failures += route_case("top-k sigmoid 96 experts, top 40", llama4_wide, false, false, 58, stream, 20);
+    failures += route_case("top-k sigmoid 96 experts, top 40, NaN/inf", llama4_wide, false, false, 59, stream, 20,
+                           Logits::Special);
     kernels::RouteParams serial = qwen;
     serial.num_experts = 1040, serial.top_k = 4;
     failures += route_case("1040 experts softmax (one thread a token)", serial, false, true, 36, stream, 12);
@@ -304,6 +344,15 @@ int main() {
     failures += permute_case(20, 512, 300, 0, 8, 8, false, 47, stream);
     failures += permute_case(500, 16, 8, 0, 16, 24, true, 48, stream, true);
     failures += permute_case(77, 40, 6, 8, 24, 16, false, 49, stream, true);
+
+    // Input-weighted experts (Llama-4): top-1 on one rank of 4 (most tokens' expert elsewhere,
+    // slot -1) and with every expert local; top 8 on one rank of 4; H off the 16-byte path;
+    // repeated experts within a token (each row its own pair's weight).
+    failures += permute_case(300, 16, 1, 4, 4, 200, true, 61, stream, false, true);
+    failures += permute_case(300, 128, 1, 0, 128, 64, true, 62, stream, false, true);
+    failures += permute_case(300, 64, 8, 16, 16, 200, true, 63, stream, false, true);
+    failures += permute_case(257, 8, 2, 0, 8, 7, false, 64, stream, false, true);
+    failures += permute_case(77, 40, 6, 8, 24, 16, true, 65, stream, true, true);
     return failures;
   });
 }

@@ -1,10 +1,13 @@
 // cpu::route on tiny hand-made inputs whose answer is known: DeepSeek noaux_tc (sigmoid scores, the
 // bias steering only the choice, group-limited top-k with masked groups at -inf, weights from the
 // unbiased scores, normalised if norm_topk_prob, times routed_scaling_factor) and Qwen3-MoE
-// (softmax top-k, optionally renormalised). Then NaN router logits: the route order puts NaN after
-// every number, so kernels::route_token and cpu::route always pick distinct experts in [0, E).
+// (softmax top-k, optionally renormalised), GPT-OSS and Llama-4 (top-k of the logits, softmaxed or
+// each weight a sigmoid). Then NaN router logits: the route order puts NaN after every number, so
+// kernels::route_token and cpu::route always pick distinct experts in [0, E). Then cpu::moe_ffn's
+// input-weighted experts (Llama-4) against a direct computation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -184,6 +187,28 @@ TEST(MoeRouting, GptOssSoftmaxOfTheTopK) {
   EXPECT_EQ(replay.weights, r.weights);  // the same float operations: bit for bit
 }
 
+// Llama-4: the top-k of the logits (ties to the lower index), each weighted by the sigmoid of its
+// logit, neither renormalised nor scaled.
+TEST(MoeRouting, Llama4SigmoidOfTheTopK) {
+  MoeConfig m;
+  m.routing = MoeConfig::Routing::TopkSigmoid;
+  m.num_experts = 5;
+  const MoeWeights w = identity_router(5);
+  const std::vector<float> h = {0.5f, 2.0f, -1.0f, 2.0f, 1.5f};  // logits; experts 1 and 3 tie
+  for (const int64_t k : {1, 3}) {
+    SCOPED_TRACE("top " + std::to_string(k));
+    m.experts_per_token = k;
+    const cpu::Routing r = cpu::route(m, w, h.data(), 1, 5);
+    const std::vector<int32_t> want = {1, 3, 4};
+    EXPECT_EQ(r.experts, std::vector<int32_t>(want.begin(), want.begin() + k));
+    const std::vector<float> sig = {float(1 / (1 + std::exp(-2.0))), float(1 / (1 + std::exp(-2.0))),
+                                    float(1 / (1 + std::exp(-1.5)))};  // 0.881, 0.881, 0.818: sum > 1
+    expect_weights(r.weights, std::vector<float>(sig.begin(), sig.begin() + k));
+    const cpu::Routing replay = cpu::route_given(m, w, h.data(), 1, 5, r.experts.data());
+    EXPECT_EQ(replay.weights, r.weights);  // the same float operations: bit for bit
+  }
+}
+
 TEST(MoeRouting, RouterShapeIsChecked) {
   const std::vector<float> h(8, 0.0f);
   EXPECT_THROW(cpu::route(deepseek(4, 2, 1, 1), identity_router(4, {0, 0, 0, 0}), h.data(), 1, 8), Error);
@@ -214,12 +239,21 @@ MoeConfig topk_softmax(int64_t E, int64_t k) {
   return m;
 }
 
+MoeConfig topk_sigmoid(int64_t E, int64_t k) {
+  MoeConfig m;
+  m.routing = MoeConfig::Routing::TopkSigmoid;
+  m.num_experts = E;
+  m.experts_per_token = k;
+  return m;
+}
+
 struct NamedConfig {
   std::string name;
   MoeConfig m;
 };
 
-// Flat and grouped sigmoid (4 and 2 experts per group) and softmax, with and without renormalisation.
+// Flat and grouped sigmoid (4 and 2 experts per group) and softmax, with and without
+// renormalisation; the top-k of the logits softmaxed (GPT-OSS) and sigmoided (Llama-4, top 1 too).
 std::vector<NamedConfig> nan_configs() {
   return {{"sigmoid 16 experts, 1 group", deepseek(16, 4, 1, 1)},
           {"sigmoid 16 experts, 4 groups of 4, 2 kept", deepseek(16, 4, 4, 2)},
@@ -227,7 +261,9 @@ std::vector<NamedConfig> nan_configs() {
           {"sigmoid 8 experts, 4 groups of 2, 2 kept", deepseek(8, 3, 4, 2)},
           {"softmax 16 experts", qwen(16, 4, true)},
           {"softmax 16 experts, unnormalised", qwen(16, 4, false)},
-          {"top-k softmax 16 experts", topk_softmax(16, 4)}};
+          {"top-k softmax 16 experts", topk_softmax(16, 4)},
+          {"top-k sigmoid 16 experts", topk_sigmoid(16, 4)},
+          {"top-k sigmoid 16 experts, top 1", topk_sigmoid(16, 1)}};
 }
 
 bool sigmoid_routing(const MoeConfig& m) { return m.routing == MoeConfig::Routing::SigmoidGroupedTopk; }
@@ -465,7 +501,8 @@ TEST(MoeRoutingReplay, OwnChoiceReplaysExactly) {
   std::vector<float> h(std::size_t(T * E));
   for (float& v : h) v = n01(rng);
   for (const MoeConfig& m :
-       {deepseek(E, 2, 4, 2), deepseek(E, 3, 1, 1, false, 1.0), qwen(E, 2, true), topk_softmax(E, 3)}) {
+       {deepseek(E, 2, 4, 2), deepseek(E, 3, 1, 1, false, 1.0), qwen(E, 2, true), topk_softmax(E, 3),
+        topk_sigmoid(E, 1), topk_sigmoid(E, 3)}) {
     const MoeWeights w = identity_router(E, std::vector<float>(std::size_t(E), 0.1f));
     const cpu::Routing own = cpu::route(m, w, h.data(), T, E);
     const cpu::Routing replay = cpu::route_given(m, w, h.data(), T, E, own.experts.data());
@@ -499,6 +536,90 @@ TEST(MoeRoutingReplay, FarChoicesAreImplausibleNearOnesAreNot) {
   EXPECT_NE(cpu::implausible_choice(m, w, logits.data(), 1, E, outside.data(), 5e-2).find("outside [0, 8)"),
             std::string::npos);
   EXPECT_THROW(cpu::route_given(m, w, logits.data(), 1, E, twice.data()), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cpu::moe_ffn
+
+namespace {
+
+Linear random_linear(std::mt19937_64& rng, int64_t out, int64_t in) {
+  Linear l;
+  l.out = out;
+  l.in = in;
+  l.w = normal_values(rng, std::size_t(out * in), 0.5f);
+  return l;
+}
+
+MlpWeights random_mlp(std::mt19937_64& rng, int64_t H, int64_t I) {
+  return {random_linear(rng, I, H), random_linear(rng, I, H), random_linear(rng, H, I)};
+}
+
+// down(silu(gate(x)) * up(x)) of one row x [H], in double.
+std::vector<double> direct_mlp(const MlpWeights& m, const std::vector<double>& x) {
+  const int64_t I = m.gate.out, H = m.gate.in;
+  std::vector<double> a(static_cast<std::size_t>(I)), y(static_cast<std::size_t>(H), 0.0);
+  for (int64_t i = 0; i < I; ++i) {
+    double g = 0, u = 0;
+    for (int64_t c = 0; c < H; ++c) {
+      g += double(m.gate.w[std::size_t(i * H + c)]) * x[std::size_t(c)];
+      u += double(m.up.w[std::size_t(i * H + c)]) * x[std::size_t(c)];
+    }
+    a[std::size_t(i)] = g / (1 + std::exp(-g)) * u;
+  }
+  for (int64_t c = 0; c < H; ++c)
+    for (int64_t i = 0; i < I; ++i) y[std::size_t(c)] += double(m.down.w[std::size_t(c * I + i)]) * a[std::size_t(i)];
+  return y;
+}
+
+}  // namespace
+
+// Llama-4's experts see h * w and their outputs are summed unweighted; the other families'
+// see h and their outputs are weighted. Two of four experts on this rank (the others' pairs
+// skipped), top 2, a shared expert of the unweighted h.
+TEST(MoeFfn, InputWeightedExpertsMatchADirectComputation) {
+  const int64_t H = 6, I = 5, T = 4, k = 2;
+  std::mt19937_64 rng(71);
+  MoeWeights w;
+  w.first_expert = 1;
+  w.experts = {random_mlp(rng, H, I), random_mlp(rng, H, I)};  // experts 1 and 2
+  w.has_shared = true;
+  w.shared = random_mlp(rng, H, I);
+  cpu::Routing r;
+  r.k = k;
+  r.experts = {1, 0, 2, 1, 3, 0, 2, 3};  // token 2 routed to no expert here
+  r.weights = {0.9f, 0.3f, 0.6f, 0.45f, 0.8f, 0.2f, 0.35f, 0.7f};
+  const std::vector<float> h = normal_values(rng, std::size_t(T * H), 1.5f);
+  double apart = 0;  // the largest difference between the two references
+  std::vector<std::vector<double>> want(2, std::vector<double>(std::size_t(T * H)));
+  for (int weighted = 0; weighted < 2; ++weighted)
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<double> ht(h.begin() + t * H, h.begin() + (t + 1) * H);
+      std::vector<double> o = direct_mlp(w.shared, ht);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = r.experts[std::size_t(t * k + j)] - w.first_expert;
+        if (e < 0 || e >= 2) continue;
+        const float wt = r.weights[std::size_t(t * k + j)];
+        std::vector<double> x = ht;
+        if (weighted)  // the product in float32, as moe_ffn and transformers form it
+          for (int64_t c = 0; c < H; ++c) x[std::size_t(c)] = double(h[std::size_t(t * H + c)] * wt);
+        const std::vector<double> y = direct_mlp(w.experts[std::size_t(e)], x);
+        for (int64_t c = 0; c < H; ++c) o[std::size_t(c)] += weighted ? y[std::size_t(c)] : wt * y[std::size_t(c)];
+      }
+      std::copy(o.begin(), o.end(), want[std::size_t(weighted)].begin() + t * H);
+    }
+  for (std::size_t i = 0; i < want[0].size(); ++i) apart = std::max(apart, std::fabs(want[0][i] - want[1][i]));
+  EXPECT_GT(apart, 0.1);  // the two rules differ: the test tells them apart
+  for (const bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted ? "input weighted" : "output weighted");
+    std::vector<float> out(std::size_t(T * H));
+    cpu::moe_ffn(w, r, h.data(), T, H, out.data(), GatedActivation{}, weighted);
+    // float32 sums of a few products of values up to about 5 against double: some float32 units
+    // (6e-7 seen), bounded by 1e-5.
+    for (std::size_t i = 0; i < out.size(); ++i)
+      EXPECT_NEAR(out[i], want[std::size_t(weighted)][i], 1e-5 * (1 + std::fabs(want[std::size_t(weighted)][i])))
+          << "element " << i;
+  }
 }
 
 TEST(RoutingRecord, TokenAndLayerMajorAreInverses) {

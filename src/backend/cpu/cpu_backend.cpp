@@ -104,7 +104,7 @@ void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
             !why.empty())
           implausible_ = cat("layer ", layer, ", ", why);
     }
-    cpu::moe_ffn(*moe, r, h, T, H, out, c_.activation);
+    cpu::moe_ffn(*moe, r, h, T, H, out, c_.activation, c_.moe->weight_input);
     routing_[std::size_t(layer)] = std::move(r);
   } else {
     cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out, c_.activation);

@@ -94,6 +94,15 @@ void route_topk_softmax(const MoeConfig& m, const float* logits, int32_t* expert
   kernels::route_softmax_of_picks(weights, int32_t(m.experts_per_token));
 }
 
+// Llama-4 for one token: the top-k of the logits, each weighted by the sigmoid of its logit.
+void route_topk_sigmoid(const MoeConfig& m, const float* logits, int32_t* experts, float* weights) {
+  const auto chosen = top_k(logits, m.num_experts, m.experts_per_token);
+  for (int64_t j = 0; j < m.experts_per_token; ++j) {
+    experts[j] = chosen[std::size_t(j)];
+    weights[j] = kernels::route_sigmoid(logits[chosen[std::size_t(j)]]);
+  }
+}
+
 // Float32 router logits [T, E] of h [T, H] (transformers computes them in float32).
 std::vector<float> router_logits(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T, int64_t H) {
   const int64_t E = m.num_experts;
@@ -146,6 +155,7 @@ Routing route(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T
       case MoeConfig::Routing::SigmoidGroupedTopk: route_sigmoid_grouped(m, lt, w.score_bias.data(), experts, weights); break;
       case MoeConfig::Routing::SoftmaxTopk: route_softmax(m, lt, experts, weights); break;
       case MoeConfig::Routing::TopkSoftmax: route_topk_softmax(m, lt, experts, weights); break;
+      case MoeConfig::Routing::TopkSigmoid: route_topk_sigmoid(m, lt, experts, weights); break;
     }
   }
   return r;
@@ -159,10 +169,12 @@ Routing route_given(const MoeConfig& m, const MoeWeights& w, const float* h, int
   r.k = k;
   r.experts.assign(experts, experts + T * k);
   r.weights.resize(std::size_t(T * k));
+  // The top-k-of-logits routers weight the chosen logits; the others the scores.
+  const bool of_logits = m.routing == MoeConfig::Routing::TopkSoftmax || m.routing == MoeConfig::Routing::TopkSigmoid;
   std::vector<float> scores, choice;
   for (int64_t t = 0; t < T; ++t) {
     const float* lt = logits.data() + t * E;
-    if (m.routing != MoeConfig::Routing::TopkSoftmax) scores_of(m, w, lt, scores, choice);
+    if (!of_logits) scores_of(m, w, lt, scores, choice);
     const int32_t* et = experts + t * k;
     float* wt = r.weights.data() + t * k;
     float sum = 0.0f;
@@ -170,10 +182,12 @@ Routing route_given(const MoeConfig& m, const MoeWeights& w, const float* h, int
       LT_CHECK(et[j] >= 0 && et[j] < E, "token ", t, ": recorded expert ", et[j], " is outside [0, ", E, ")");
       for (int64_t i = 0; i < j; ++i)
         LT_CHECK(et[i] != et[j], "token ", t, ": recorded expert ", et[j], " is chosen twice");
-      sum += wt[j] = m.routing == MoeConfig::Routing::TopkSoftmax ? lt[et[j]] : scores[std::size_t(et[j])];
+      sum += wt[j] = of_logits ? lt[et[j]] : scores[std::size_t(et[j])];
     }
     if (m.routing == MoeConfig::Routing::TopkSoftmax) {  // as route_topk_softmax
       kernels::route_softmax_of_picks(wt, int32_t(k));
+    } else if (m.routing == MoeConfig::Routing::TopkSigmoid) {  // as route_topk_sigmoid
+      for (int64_t j = 0; j < k; ++j) wt[j] = kernels::route_sigmoid(wt[j]);
     } else if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk) {  // as route_sigmoid_grouped
       const float denominator = sum + 1e-20f;
       for (int64_t j = 0; j < k; ++j) {
@@ -201,8 +215,8 @@ std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const fl
   }
   // A bf16 forward's error in h is spread over its H dimensions, not aligned with a router row:
   // its projection on w_e is about bound * |h| * |w_e| / sqrt(H); six times that is allowed. The
-  // choice value moves by at most 1/4 of the logit for a sigmoid router; a softmax router ranks as
-  // its logits do, so logits are compared.
+  // choice value moves by at most 1/4 of the logit for a sigmoid router; a softmax router and a
+  // top-k of the logits (GPT-OSS, Llama-4) rank as the logits do, so logits are compared.
   const double slope = sigmoid ? 0.25 : 1.0, spread = 6.0 * state_bound / std::sqrt(double(H));
   std::vector<double> value(static_cast<std::size_t>(E)), delta(static_cast<std::size_t>(E));
   std::vector<double> group_score(static_cast<std::size_t>(groups)), group_delta(static_cast<std::size_t>(groups));
@@ -267,7 +281,7 @@ std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const fl
 }
 
 void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H, float* out,
-             const GatedActivation& act) {
+             const GatedActivation& act, bool weight_input) {
   std::fill(out, out + T * H, 0.0f);
   // The (token, weight) pairs routed to each expert this rank holds, in token order.
   const int64_t held = int64_t(w.experts.size());
@@ -285,15 +299,24 @@ void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, i
     x.resize(std::size_t(n * H));  // [n, H] the tokens routed to this expert
     y.resize(std::size_t(n * H));
     for (int64_t a = 0; a < n; ++a) {
-      const int64_t t = tokens[std::size_t(a)].first;
-      std::copy(h + t * H, h + (t + 1) * H, x.data() + a * H);
+      const auto [t, weight] = tokens[std::size_t(a)];
+      float* xa = x.data() + a * H;
+      if (weight_input) {
+        for (int64_t c = 0; c < H; ++c) xa[c] = h[t * H + c] * weight;
+      } else {
+        std::copy(h + t * H, h + (t + 1) * H, xa);
+      }
     }
     mlp(w.experts[i], x.data(), n, y.data(), act);
     for (int64_t a = 0; a < n; ++a) {
       const auto [t, weight] = tokens[std::size_t(a)];
       float* o = out + t * H;
       const float* ya = y.data() + a * H;
-      for (int64_t c = 0; c < H; ++c) o[c] += ya[c] * weight;
+      if (weight_input) {
+        for (int64_t c = 0; c < H; ++c) o[c] += ya[c];
+      } else {
+        for (int64_t c = 0; c < H; ++c) o[c] += ya[c] * weight;
+      }
     }
   }
   if (w.has_shared) {

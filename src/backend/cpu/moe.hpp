@@ -1,6 +1,6 @@
 // Mixture-of-experts FFN on the CPU: routing exactly as transformers' DeepseekV3TopkRouter
-// (noaux_tc), Qwen3MoeTopKRouter and GptOssTopKRouter compute it, then this rank's experts on their
-// tokens.
+// (noaux_tc), Qwen3MoeTopKRouter, GptOssTopKRouter and Llama4Router compute it, then this rank's
+// experts on their tokens.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,7 +31,7 @@ Routing route_given(const MoeConfig& m, const MoeWeights& w, const float* h, int
 // Whether a recorded choice is one a forward within `state_bound` of this float32 one could have
 // made where this one routes differently: its router input h moves by up to state_bound * |h|,
 // spread over H dimensions, so each choice value (sigmoid score + bias, or the logit for softmax
-// routing) by about delta_e = 6 * state_bound * |h| * |w_e| / sqrt(H) (1/4 of that for a sigmoid).
+// and top-k-of-logits routing) by about delta_e = 6 * state_bound * |h| * |w_e| / sqrt(H) (1/4 of that for a sigmoid).
 // A recorded expert is implausible when, it raised by its delta and every other lowered by theirs,
 // its group (DeepSeek groups) is still not kept, or k experts of groups that stay kept still
 // outrank it. Returns the first implausible choice as "token t: expert e ...", or "".
@@ -39,9 +39,11 @@ std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const fl
                                const int32_t* experts, double state_bound);
 
 // out [T, H] = this rank's share of the MoE block for h [T, H] routed by `r`: the routed experts
-// it holds, weighted, plus its slice of the shared experts, every MLP with activation `act`. The
-// caller's all-reduce sums the shares.
+// it holds, weighted, plus its slice of the shared experts (of the unweighted h), every MLP with
+// activation `act`. Routed expert e of token t with weight w adds w * mlp_e(h[t]), or with
+// `weight_input` (Llama-4, MoeConfig::weight_input) mlp_e(h[t] * w), the product in float32 as
+// transformers. The caller's all-reduce sums the shares.
 void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, int64_t H, float* out,
-             const GatedActivation& act);
+             const GatedActivation& act, bool weight_input);
 
 }  // namespace layertap::cpu
