@@ -353,7 +353,10 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   // are counted on the device; `bound` is what the host knows of them.
   const std::int64_t bound = routed_row_bound(T);
   kernels::moe_permute(w.route_experts, T, k, shape_.first_expert, n, w.counts, w.offsets, w.slot, w.perm_token, s);
-  kernels::moe_gather(w.x_perm, w.h, w.perm_token, w.offsets + n, bound, H, s);
+  // Llama-4 weights each expert's input (bf16(h * w)) and sums the outputs unweighted.
+  const bool weight_input = config_.moe->weight_input;
+  kernels::moe_gather(w.x_perm, w.h, w.perm_token, w.offsets + n, bound, H, s, weight_input ? w.slot : nullptr,
+                      weight_input ? w.route_weights : nullptr, weight_input ? k : 0);
   std::int32_t* host_counts = w.host_counts + moe_index * n;  // (n), this layer's
   // The expansion path needs the counts on the host (cuBLASLt shapes); the grouped one only for
   // the probe's figures, read after the forward.
@@ -380,7 +383,8 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   }
   // delta (T, H) = sum over the pairs on this rank of weight * expert output, + the shared slice.
   cost_scope(layer, "moe combine");
-  kernels::moe_combine(w.delta, w.y_perm, w.slot, w.route_weights, Is > 0 ? w.shared_out : nullptr, T, k, H, s);
+  kernels::moe_combine(w.delta, w.y_perm, w.slot, weight_input ? nullptr : w.route_weights,
+                       Is > 0 ? w.shared_out : nullptr, T, k, H, s);
   if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
 
