@@ -8,6 +8,7 @@
 #include "cuda_check.hpp"
 #include "launch.cuh"
 #include "mla.cuh"
+#include "rope_pairs.cuh"
 
 namespace layertap::kernels {
 namespace {
@@ -58,43 +59,16 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-constexpr int kRopePairsPerLane = 4;  // dim <= 2 * 32 * 4
-
-// One warp per (token, head): every lane reads its pairs, then (after __syncwarp) writes them.
+// One warp per (token, head).
 __global__ void __launch_bounds__(kBlock)
     rope_strided_kernel(__nv_bfloat16* __restrict__ x, std::int64_t row_stride, std::int64_t head_stride,
                         std::int64_t offset, std::int64_t heads, std::int64_t dim, bool interleaved,
                         const std::int32_t* __restrict__ pos, const float* __restrict__ inv_freq, float af,
                         std::int64_t T) {
-  const int lane = threadIdx.x % 32;
   const std::int64_t warp = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (warp >= T * heads) return;
   const std::int64_t t = warp / heads, h = warp % heads;
-  __nv_bfloat16* v = x + t * row_stride + h * head_stride + offset;
-  const std::int64_t half = dim / 2;
-  const float p = static_cast<float>(pos[t]);
-  float a[kRopePairsPerLane], b[kRopePairsPerLane];
-#pragma unroll
-  for (int r = 0; r < kRopePairsPerLane; ++r) {
-    const std::int64_t i = lane + 32 * r;
-    if (i < half) {
-      a[r] = __bfloat162float(interleaved ? v[2 * i] : v[i]);
-      b[r] = __bfloat162float(interleaved ? v[2 * i + 1] : v[i + half]);
-    }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int r = 0; r < kRopePairsPerLane; ++r) {
-    const std::int64_t i = lane + 32 * r;
-    if (i < half) {
-      float s, c;
-      sincosf(p * inv_freq[i], &s, &c);
-      c *= af;
-      s *= af;
-      v[i] = __float2bfloat16_rn(a[r] * c - b[r] * s);
-      v[i + half] = __float2bfloat16_rn(b[r] * c + a[r] * s);
-    }
-  }
+  rope_warp(x + t * row_stride + h * head_stride + offset, dim, interleaved, static_cast<float>(pos[t]), inv_freq, af);
 }
 
 // One block per token (grid-strided), threads over the nh * (qk + vd) outputs.
@@ -147,10 +121,10 @@ void rmsnorm_rows(__nv_bfloat16* out, std::int64_t out_stride, const __nv_bfloat
 void rope_strided(__nv_bfloat16* x, std::int64_t row_stride, std::int64_t head_stride, std::int64_t offset,
                   std::int64_t heads, std::int64_t dim, bool interleaved, const std::int32_t* pos,
                   const float* inv_freq, float attention_factor, std::int64_t T, cudaStream_t stream) {
-  LT_CHECK(T >= 0 && heads > 0 && dim > 0 && dim % 2 == 0 && dim <= 2 * 32 * kRopePairsPerLane && offset >= 0 &&
+  LT_CHECK(T >= 0 && heads > 0 && dim > 0 && dim % 2 == 0 && dim <= kRopeWarpMaxDim && offset >= 0 &&
                head_stride >= 0 && row_stride >= offset + dim,
-           "rope_strided: bad shape T=", T, " heads=", heads, " dim=", dim, " (even, at most ",
-           2 * 32 * kRopePairsPerLane, ") offset=", offset, " strides ", row_stride, ", ", head_stride);
+           "rope_strided: bad shape T=", T, " heads=", heads, " dim=", dim, " (even, at most ", kRopeWarpMaxDim,
+           ") offset=", offset, " strides ", row_stride, ", ", head_stride);
   LT_CHECK(x != nullptr && pos != nullptr && inv_freq != nullptr, "rope_strided: null pointer argument");
   if (T == 0) return;
   const std::int64_t blocks = (T * heads + kWarps - 1) / kWarps;

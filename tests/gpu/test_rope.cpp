@@ -1,5 +1,6 @@
-// kernels/rope.cu (per-head q/k RMSNorm + RoPE, in place on the fused qkv rows) against the CPU
-// backend's cpu::rms_norm and cpu::Rope on the same (widened) bf16 inputs. Exit 77 without a GPU.
+// kernels/rope.cu (per-head q/k transforms around RoPE, in place on the fused qkv rows) against the
+// CPU backend's cpu::rms_norm, cpu::Rope and cpu::attention_temperature on the same (widened) bf16
+// inputs. Exit 77 without a GPU.
 //
 // Tolerance, a bound rather than a tuned number. RoPE rotates pairs (a, b) = (x[i], x[i+hd/2])
 // and a rotation keeps Euclidean length, so errors are measured per pair, relative to the pair's
@@ -14,6 +15,17 @@
 // 1e-6 relative on top. Every element is held to its pair's bound, and the normalized error to
 // the same factor. The value heads must come back bit for bit. With partial rotary (rd < hd) the
 // values past rd are only normed (two roundings, < 3u of the value) or, without the norm, untouched.
+//
+// Llama-4 (interleaved pairs, written back half-split as cpu::Rope does: the same per-pair bound):
+//   * interleaved RoPE alone: u |pair|, as above;
+//   * interleaved RoPE, then the weightless norm: the kernel rounds the rotated head y to bf16
+//     (HF's bf16 tensor), |y_pair - r_pair| <= u |r_pair| for the float32 rotation r, so
+//     ||y|| / ||r|| is within 1 -+ u and the norm's 1/sqrt(mean + eps) within 1/(1 +- u) of the
+//     reference's; y * rstd(y) is off by (u + u)/(1 - u) of the normed pair, and the output rounding
+//     adds u of that: (3u + u^2) / (1 - u) < 3u (1 + 2^-7) of |ref_pair|;
+//   * NoPE: keys (and, without the temperature, queries) untouched, bit for bit; the temperature's
+//     query rows one rounding of x * s(p), u |ref| per element (s(p) in float32 on both sides,
+//     log1pf's last bit within the 1e-6).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -32,18 +44,37 @@ namespace {
 using namespace layertap::gpu_test;
 using layertap::RopeConfig;
 
+// Llama-4's layers: RoPE layers rotate interleaved pairs (then, with use_qk_norm, the weightless
+// norm); NoPE layers do not rotate (with attn_temperature_tuning, the queries are scaled).
+enum class Llama4 { No, Interleaved, InterleavedNorm, NoPE };
+
 struct Case {
   std::vector<std::int64_t> lengths;  // samples of the packed batch
   std::int64_t hq, hkv, hd;
-  bool norm;
+  bool norm;  // the weighted norm before RoPE
   RopeConfig rope;
   std::string rope_name;
   std::int64_t rd = 0;  // rotary dim (partial rotary); 0: hd
+  Llama4 llama4 = Llama4::No;
+  std::int64_t first_position = 0;  // the first sample continues at this position
+  layertap::ModelConfig::Temperature temperature{};
 };
 
 RopeConfig default_rope(double theta) {
   RopeConfig r;
   r.theta = theta;
+  return r;
+}
+
+// Llama-4 Scout's rope_scaling: no band between the kept and the slowed wavelengths.
+RopeConfig llama4_rope() {
+  RopeConfig r;
+  r.type = RopeConfig::Type::Llama3;
+  r.theta = 500000.0;
+  r.factor = 16.0;
+  r.low_freq_factor = 1.0;
+  r.high_freq_factor = 1.0;
+  r.original_max_position_embeddings = 8192;
   return r;
 }
 
@@ -69,10 +100,14 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   const std::vector<bf16_bits> k_norm = random_bf16(rng, hd, 0.5f, 1.5f);
   std::vector<std::int32_t> pos(static_cast<std::size_t>(T));
   for (std::size_t s = 0; s + 1 < offsets.size(); ++s)
-    for (std::int64_t t = offsets[s]; t < offsets[s + 1]; ++t) pos[std::size_t(t)] = std::int32_t(t - offsets[s]);
+    for (std::int64_t t = offsets[s]; t < offsets[s + 1]; ++t)
+      pos[std::size_t(t)] = std::int32_t(t - offsets[s] + (s == 0 ? c.first_position : 0));
 
   // CPU reference on the widened inputs: q (T, hq hd) and k (T, hkv hd) as contiguous arrays.
-  const layertap::cpu::Rope rope(c.rope, rd, layertap::cpu::Rope::Layout::HalfSplit, hd);
+  const bool interleaved = c.llama4 == Llama4::Interleaved || c.llama4 == Llama4::InterleavedNorm;
+  const bool nope = c.llama4 == Llama4::NoPE;
+  using Layout = layertap::cpu::Rope::Layout;
+  const layertap::cpu::Rope rope(c.rope, rd, interleaved ? Layout::Interleaved : Layout::HalfSplit, hd);
   const std::vector<float> in = widen(qkv);
   std::vector<float> q(std::size_t(T * c.hq * hd)), k(std::size_t(T * c.hkv * hd));
   for (std::int64_t t = 0; t < T; ++t) {
@@ -85,8 +120,16 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
     layertap::cpu::rms_norm(q.data(), qn.data(), q.data(), T * c.hq, hd, eps);
     layertap::cpu::rms_norm(k.data(), kn.data(), k.data(), T * c.hkv, hd, eps);
   }
-  rope.apply(q.data(), c.hq, offsets);
-  rope.apply(k.data(), c.hkv, offsets);
+  if (!nope) {
+    rope.apply(q.data(), c.hq, offsets, c.first_position);
+    rope.apply(k.data(), c.hkv, offsets, c.first_position);
+  }
+  if (c.llama4 == Llama4::InterleavedNorm) {
+    layertap::cpu::rms_norm(q.data(), nullptr, q.data(), T * c.hq, hd, eps);
+    layertap::cpu::rms_norm(k.data(), nullptr, k.data(), T * c.hkv, hd, eps);
+  }
+  if (nope && c.temperature.on)
+    layertap::cpu::attention_temperature(q.data(), c.hq * hd, offsets, c.first_position, c.temperature);
 
   Guarded<bf16_bits> d_qkv(T * row), d_qn(hd), d_kn(hd);
   Guarded<std::int32_t> d_pos(T);
@@ -96,14 +139,27 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   d_kn.upload(k_norm);
   d_pos.upload(pos);
   d_freq.upload(rope.inv_freq());
-  layertap::kernels::qk_norm_rope(as_bf16(d_qkv.data()), d_pos.data(), d_freq.data(),
-                                  c.norm ? as_bf16(d_qn.data()) : nullptr, c.norm ? as_bf16(d_kn.data()) : nullptr,
-                                  eps, T, c.hq, c.hkv, hd, rd, stream);
+  using Rotation = layertap::kernels::QkRope::Rotation;
+  const layertap::kernels::QkRope f{
+      .q_norm = c.norm ? as_bf16(d_qn.data()) : nullptr,
+      .k_norm = c.norm ? as_bf16(d_kn.data()) : nullptr,
+      .rotation = nope ? Rotation::None : interleaved ? Rotation::Interleaved : Rotation::HalfSplit,
+      .rd = nope ? 0 : rd,
+      .inv_freq = nope ? nullptr : d_freq.data(),
+      .l2_norm = c.llama4 == Llama4::InterleavedNorm,
+      .eps = eps,
+      .temperature = c.temperature.on,
+      .floor_scale = float(c.temperature.floor_scale),
+      .attn_scale = float(c.temperature.attn_scale)};
+  layertap::kernels::qk_norm_rope(as_bf16(d_qkv.data()), d_pos.data(), T, c.hq, c.hkv, hd, f, stream);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::vector<bf16_bits> out = d_qkv.download();
 
   // Rotated heads: got/ref/bound in (T, hq + hkv, hd) order; value heads: exact.
-  const double factor = (c.norm ? 3.0 * kBf16Unit * (1.0 + 1.0 / 256) : kBf16Unit) + 1e-6;
+  const double factor =
+      (c.norm ? 3.0 * kBf16Unit * (1.0 + 1.0 / 256)
+               : c.llama4 == Llama4::InterleavedNorm ? 3.0 * kBf16Unit * (1.0 + 1.0 / 128) : kBf16Unit) +
+      1e-6;
   const std::int64_t heads = c.hq + c.hkv, half = rd / 2;
   std::vector<float> got, ref;
   std::vector<double> bound;
@@ -115,17 +171,22 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
         got.push_back(layertap::bf16_to_float(out[std::size_t(t * row + h * hd + i)]));
         ref.push_back(r[i]);
         const std::int64_t a = i % half;
-        bound.push_back(i < rd ? factor * std::hypot(double(r[a]), double(r[a + half])) : factor * std::fabs(r[i]));
+        if (nope)  // the temperature's one rounding of each query value; else bit for bit
+          bound.push_back(h < c.hq && c.temperature.on ? factor * std::fabs(r[i]) : 0.0);
+        else
+          bound.push_back(i < rd ? factor * std::hypot(double(r[a]), double(r[a + half])) : factor * std::fabs(r[i]));
       }
     }
     for (std::int64_t i = heads * hd; i < row; ++i)
       v_changed += out[std::size_t(t * row + i)] != qkv[std::size_t(t * row + i)];
   }
   const Comparison cmp = compare(got, ref, &bound);
-  char name[160];
-  std::snprintf(name, sizeof name, "T=%lld (%zu samples) hq=%lld hkv=%lld hd=%lld rd=%lld %s%s", (long long)T,
-                c.lengths.size(), (long long)c.hq, (long long)c.hkv, (long long)hd, (long long)rd, c.rope_name.c_str(),
-                c.norm ? " +qk_norm" : "");
+  static const char* const llama4_names[] = {"", " interleaved", " interleaved +l2_norm", " nope"};
+  char name[200];
+  std::snprintf(name, sizeof name, "T=%lld (%zu samples, from %lld) hq=%lld hkv=%lld hd=%lld rd=%lld %s%s%s%s",
+                (long long)T, c.lengths.size(), (long long)c.first_position, (long long)c.hq, (long long)c.hkv,
+                (long long)hd, (long long)(nope ? 0 : rd), nope ? "" : c.rope_name.c_str(), c.norm ? " +qk_norm" : "",
+                llama4_names[int(c.llama4)], c.temperature.on ? " +temperature" : "");
   int fails = report(name, cmp, factor, d_qkv.guard_damage() + d_pos.guard_damage(), &got, &ref);
   if (v_changed != 0) {
     std::printf("     FAIL: %lld value-head elements changed\n", (long long)v_changed);
@@ -141,12 +202,26 @@ int argument_checks() {
   auto* fp = reinterpret_cast<float*>(std::uintptr_t(0x3000));
   using layertap::gpu_test::expect_throw;
   using layertap::kernels::qk_norm_rope;
-  expect_throw(fails, "odd head_dim", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 7, 7, nullptr); });
-  expect_throw(fails, "odd rotary dim", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 8, 5, nullptr); });
-  expect_throw(fails, "rotary dim past head_dim",
-               [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 2, 8, 10, nullptr); });
-  expect_throw(fails, "q_norm without k_norm", [&] { qk_norm_rope(p, ip, fp, p, nullptr, 1e-6f, 4, 2, 2, 8, 8, nullptr); });
-  expect_throw(fails, "no kv heads", [&] { qk_norm_rope(p, ip, fp, nullptr, nullptr, 1e-6f, 4, 2, 0, 8, 8, nullptr); });
+  using QkRope = layertap::kernels::QkRope;
+  using Rotation = QkRope::Rotation;
+  const auto rope = [&](std::int64_t rd) { return QkRope{.rd = rd, .inv_freq = fp}; };
+  expect_throw(fails, "odd head_dim", [&] { qk_norm_rope(p, ip, 4, 2, 2, 7, rope(7), nullptr); });
+  expect_throw(fails, "odd rotary dim", [&] { qk_norm_rope(p, ip, 4, 2, 2, 8, rope(5), nullptr); });
+  expect_throw(fails, "rotary dim past head_dim", [&] { qk_norm_rope(p, ip, 4, 2, 2, 8, rope(10), nullptr); });
+  expect_throw(fails, "q_norm without k_norm",
+               [&] { qk_norm_rope(p, ip, 4, 2, 2, 8, QkRope{.q_norm = p, .rd = 8, .inv_freq = fp}, nullptr); });
+  expect_throw(fails, "no kv heads", [&] { qk_norm_rope(p, ip, 4, 2, 0, 8, rope(8), nullptr); });
+  expect_throw(fails, "no inv_freq", [&] { qk_norm_rope(p, ip, 4, 2, 2, 8, QkRope{.rd = 8}, nullptr); });
+  expect_throw(fails, "interleaved rotary dim above 256", [&] {
+    qk_norm_rope(p, ip, 4, 2, 2, 300, QkRope{.rotation = Rotation::Interleaved, .rd = 258, .inv_freq = fp}, nullptr);
+  });
+  expect_throw(fails, "interleaved after a weighted norm", [&] {
+    qk_norm_rope(p, ip, 4, 2, 2, 8,
+                 QkRope{.q_norm = p, .k_norm = p, .rotation = Rotation::Interleaved, .rd = 8, .inv_freq = fp}, nullptr);
+  });
+  expect_throw(fails, "temperature floor_scale 0", [&] {
+    qk_norm_rope(p, ip, 4, 2, 2, 8, QkRope{.rotation = Rotation::None, .temperature = true, .floor_scale = 0}, nullptr);
+  });
   return fails;
 }
 
@@ -171,6 +246,20 @@ int main() {
         {{19, 1, 61}, 4, 2, 16, false, default_rope(1e6), "default", 8},
         {{200, 57}, 12, 1, 128, true, default_rope(1e6), "default", 64},              // GLM-4.5 heads at TP 8
         {{70}, 2, 2, 130, true, default_rope(1e4), "default", 66},                    // 33 pairs, 64 passed through
+        // Llama-4: 8 query heads on 2 kv heads, a packed batch whose first sample continues at
+        // position 300 (chunked prefill).
+        {{37, 200, 19}, 8, 2, 128, false, llama3_rope(), "llama3", 0, Llama4::Interleaved, 300},
+        {{37, 200, 19}, 8, 2, 128, false, llama3_rope(), "llama3", 0, Llama4::InterleavedNorm, 300},
+        {{37, 200, 19}, 8, 2, 64, false, llama3_rope(), "llama3", 0, Llama4::Interleaved, 300},
+        {{37, 200, 19}, 8, 2, 64, false, llama3_rope(), "llama3", 0, Llama4::InterleavedNorm, 300},
+        {{150, 40}, 8, 2, 128, false, llama4_rope(), "llama4", 0, Llama4::InterleavedNorm, 8100},  // past 8192
+        {{19, 1, 61}, 4, 2, 16, false, llama3_rope(), "llama3", 8, Llama4::InterleavedNorm, 5},    // partial
+        {{3, 2}, 2, 1, 256, false, llama3_rope(), "llama3", 0, Llama4::InterleavedNorm, 7},        // 4 pairs a lane
+        // NoPE layers: positions crossing p + 1 = 8192 (Llama-4's floor_scale); floor_scale 4
+        // steps every 4 positions; without the temperature, nothing changes.
+        {{100, 30}, 8, 2, 128, false, {}, "", 0, Llama4::NoPE, 8150, {true, 8192, 0.1}},
+        {{37, 200, 19}, 8, 2, 64, false, {}, "", 0, Llama4::NoPE, 300, {true, 4, 0.1}},
+        {{37, 200, 19}, 8, 2, 64, false, {}, "", 0, Llama4::NoPE, 300},
     };
     std::uint64_t seed = 8101;
     for (const Case& c : cases) failures += run_case(c, seed++, stream);

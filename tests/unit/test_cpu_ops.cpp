@@ -320,4 +320,33 @@ TEST(CpuOps, Llama3RopeKeepsHighAndSlowsLowFrequencies) {
   EXPECT_FLOAT_EQ(scaled.inv_freq()[7], base.inv_freq()[7] / 8);  // wavelength > 32: divided by factor
 }
 
+// Packed batch of 3 samples, the first continuing at position 6 (chunked prefill): positions
+// 6..17, 0..8, 0..4 cross the multiples 4, 8, 12, 16 of floor_scale 4 (s steps at p + 1 = 4k).
+// Bound: float32's roundings of log1p (1 ulp), of attn_scale to float (1/2 ulp), of the product,
+// the sum and q * s (1/2 ulp each; the quotient is exact): < 4 2^-24 of |q s|.
+TEST(CpuOps, AttentionTemperatureMatchesDoubleFormula) {
+  const ModelConfig::Temperature temp{true, 4, 0.1};
+  const std::vector<int64_t> offsets{0, 12, 21, 26};
+  const int64_t width = 6, first_position = 6;
+  std::vector<float> q = random_vec(std::size_t(offsets.back() * width), 21);
+  const std::vector<float> in = q;
+  cpu::attention_temperature(q.data(), width, offsets, first_position, temp);
+  int64_t steps = 0;  // tokens whose s differs from the one before in the same sample
+  for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
+    double prev = 1.0;
+    for (int64_t t = offsets[s]; t < offsets[s + 1]; ++t) {
+      const double p = double(t - offsets[s] + (s == 0 ? first_position : 0));
+      const double scale = std::log1p(std::floor((p + 1) / 4)) * 0.1 + 1;
+      steps += t > offsets[s] && scale != prev;
+      prev = scale;
+      for (int64_t i = 0; i < width; ++i) {
+        const double want = double(in[std::size_t(t * width + i)]) * scale;
+        EXPECT_NEAR(q[std::size_t(t * width + i)], want, 4 * std::ldexp(1.0, -24) * std::fabs(want))
+            << "token " << t << " position " << p;
+      }
+    }
+  }
+  EXPECT_EQ(steps, 6);  // 8, 12, 16 in the first sample; 4, 8 in the second; 4 in the third
+}
+
 }  // namespace layertap

@@ -160,6 +160,18 @@ void Rope::apply(float* x, int64_t heads, const std::vector<int64_t>& offsets, i
   }
 }
 
+void attention_temperature(float* q, int64_t width, const std::vector<int64_t>& offsets, int64_t first_position,
+                           const ModelConfig::Temperature& t) {
+  const float floor_scale = float(t.floor_scale), attn_scale = float(t.attn_scale);
+  for (std::size_t s = 0; s + 1 < offsets.size(); ++s) {
+    for (int64_t r = offsets[s]; r < offsets[s + 1]; ++r) {
+      const float pos = float(r - offsets[s] + (s == 0 ? first_position : 0));
+      const float scale = std::log1p(std::floor((pos + 1.0f) / floor_scale)) * attn_scale + 1.0f;
+      for (int64_t i = 0; i < width; ++i) q[r * width + i] *= scale;
+    }
+  }
+}
+
 void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, const float* k, const float* v,
                       const std::vector<int64_t>& kv_offsets, float* out, const AttentionShape& a) {
   const auto [heads, kv_heads, qk_dim, v_dim, scale, window, sinks, chunk] = a;

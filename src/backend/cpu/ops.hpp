@@ -54,6 +54,13 @@ class Rope {
   std::vector<float> inv_freq_;
 };
 
+// Llama-4's NoPE temperature: row t of q [T, width] times
+//   s(p) = log1p(floor((p + 1) / floor_scale)) * attn_scale + 1,
+// p the token's position as Rope::apply counts it (offsets [S+1], first_position in the first
+// sample), float32 in transformers' order. Scales whatever t.on says: the caller checks it.
+void attention_temperature(float* q, int64_t width, const std::vector<int64_t>& offsets, int64_t first_position,
+                           const ModelConfig::Temperature& t);
+
 // Causal attention over a packed batch, never across samples, with scores scaled by `scale`.
 // Segment s has the query rows [q_offsets[s], q_offsets[s+1]) and the key/value rows
 // [kv_offsets[s], kv_offsets[s+1]), at least as many; its queries are the last positions of its

@@ -223,8 +223,15 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   const std::int64_t window = config_.sliding_window[std::size_t(layer)];
   const std::int64_t H = shape_.hidden, hd = shape_.head_dim, hq = shape_.heads, hkv = shape_.kv_heads;
   gemm_->linear(w.qkv, w.h, l.qkv.w, l.qkv.b, T, l.qkv.out, l.qkv.in, s);  // (T, (hq + 2 hkv) * hd)
-  kernels::qk_norm_rope(w.qkv, pos, inv_freq(layer), l.q_norm, l.k_norm, float(config_.rms_norm_eps), T, hq, hkv, hd,
-                        config_.rotary_dim, s, rope_attention_factor_[std::size_t(layer)], config_.norm_weight_offset);
+  kernels::qk_norm_rope(w.qkv, pos, T, hq, hkv, hd,
+                        {.q_norm = l.q_norm,
+                         .k_norm = l.k_norm,
+                         .weight_offset = config_.norm_weight_offset,
+                         .rd = config_.rotary_dim,
+                         .inv_freq = inv_freq(layer),
+                         .attention_factor = rope_attention_factor_[std::size_t(layer)],
+                         .eps = float(config_.rms_norm_eps)},
+                        s);
   // Whole samples: keys and values straight from the projection.
   kernels::AttentionLayout a = kernels::fused_qkv_layout(w.qkv, hq, hkv, hd, config_.attention_scale());
   a.attended_pairs = attended_pairs_[std::size_t(layer)];
