@@ -17,7 +17,7 @@ inline const std::vector<std::string>& moe_fixtures() {
   static const std::vector<std::string> names{"deepseek_v3",     "kimi_k2",   "deepseek_v3_noqlora",
                                               "kimi_k25_int4",   "deepseek_v3_fp8", "qwen3_moe",
                                               "mixtral",         "mixtral_swa", "glm4_moe",
-                                              "gpt_oss"};
+                                              "gpt_oss",         "llama4"};
   return names;
 }
 

@@ -79,7 +79,7 @@ class SimulatedGpu(unittest.TestCase):
         for model, split in [("deepseek_v3_fp8", "experts"), ("kimi_k25_int4", "intermediate"),
                              ("kimi_k25_int4", "experts"), ("qwen3_moe", "experts"), ("qwen3_moe", "intermediate"),
                              ("mixtral_swa", "experts"), ("glm4_moe", "intermediate"), ("gemma3", "experts"),
-                             ("gpt_oss", "intermediate")]:
+                             ("gpt_oss", "intermediate"), ("llama4", "intermediate")]:
             with self.subTest(model=model, split=split):
                 out = self.tmp / f"{model}-{split}"
                 self.run_ok(out, model, 2, "--backend", "cuda", "--tp", "2", "--moe-split", split)

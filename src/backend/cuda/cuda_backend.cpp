@@ -223,19 +223,31 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   const std::int64_t window = config_.sliding_window[std::size_t(layer)];
   const std::int64_t H = shape_.hidden, hd = shape_.head_dim, hq = shape_.heads, hkv = shape_.kv_heads;
   gemm_->linear(w.qkv, w.h, l.qkv.w, l.qkv.b, T, l.qkv.out, l.qkv.in, s);  // (T, (hq + 2 hkv) * hd)
+  // Llama-4: RoPE on interleaved pairs then the weightless norm, or a NoPE layer with the temperature.
+  using Rotation = kernels::QkRope::Rotation;
+  const bool rope = config_.rope_layer[std::size_t(layer)];
+  const ModelConfig::Temperature& temp = config_.nope_temperature;
   kernels::qk_norm_rope(w.qkv, pos, T, hq, hkv, hd,
                         {.q_norm = l.q_norm,
                          .k_norm = l.k_norm,
                          .weight_offset = config_.norm_weight_offset,
+                         .rotation = !rope                       ? Rotation::None
+                                     : config_.rope_interleave ? Rotation::Interleaved
+                                                               : Rotation::HalfSplit,
                          .rd = config_.rotary_dim,
                          .inv_freq = inv_freq(layer),
                          .attention_factor = rope_attention_factor_[std::size_t(layer)],
-                         .eps = float(config_.rms_norm_eps)},
+                         .l2_norm = rope && config_.qk_l2_norm,
+                         .eps = float(config_.rms_norm_eps),
+                         .temperature = !rope && temp.on,
+                         .floor_scale = float(temp.floor_scale),
+                         .attn_scale = float(temp.attn_scale)},
                         s);
   // Whole samples: keys and values straight from the projection.
   kernels::AttentionLayout a = kernels::fused_qkv_layout(w.qkv, hq, hkv, hd, config_.attention_scale());
   a.attended_pairs = attended_pairs_[std::size_t(layer)];
   a.sinks = l.sinks;
+  a.chunk = config_.attention_chunk[std::size_t(layer)];
   const ChunkRows& c = chunk_;
   const std::int64_t row = 2 * hkv * hd;  // a kept K | V row
   const std::size_t e = sizeof(__nv_bfloat16);
@@ -519,16 +531,18 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   stager_->begin(capturing ? &plan : nullptr, T);
   chunk_ = ChunkRows{batch.first_position, batch.last_continues, last, keep_at};
   kept_positions_ = 0;  // until this batch has run: after a failure, only a new sample may start
-  // The batch's attended (query, key) pairs per layer, by the layer's window (MLA: none), for the
-  // attention launches' stated work; each distinct window counted once.
+  // The batch's attended (query, key) pairs per layer, by the layer's window and chunk (MLA: none),
+  // for the attention launches' stated work; each distinct mask counted once.
   attended_pairs_.resize(std::size_t(L));
-  std::vector<std::pair<std::int64_t, std::int64_t>> by_window;  // (window, pairs)
+  std::vector<std::pair<std::pair<std::int64_t, std::int64_t>, std::int64_t>> by_mask;  // ((window, chunk), pairs)
   for (std::int64_t i = 0; i < L; ++i) {
-    const std::int64_t window = shape_.mla ? 0 : config_.sliding_window[std::size_t(i)];
-    auto it = std::find_if(by_window.begin(), by_window.end(), [&](const auto& p) { return p.first == window; });
-    if (it == by_window.end())
-      it = by_window.insert(by_window.end(),
-                            {window, kernels::count_attended_pairs(batch.offsets, batch.first_position, window, 0)});
+    const std::pair<std::int64_t, std::int64_t> mask =
+        shape_.mla ? std::pair<std::int64_t, std::int64_t>{0, 0}
+                   : std::pair{config_.sliding_window[std::size_t(i)], config_.attention_chunk[std::size_t(i)]};
+    auto it = std::find_if(by_mask.begin(), by_mask.end(), [&](const auto& p) { return p.first == mask; });
+    if (it == by_mask.end())
+      it = by_mask.insert(by_mask.end(), {mask, kernels::count_attended_pairs(batch.offsets, batch.first_position,
+                                                                             mask.first, mask.second)});
     attended_pairs_[std::size_t(i)] = it->second;
   }
 

@@ -114,8 +114,9 @@ LoadStats run_load_plan(const LoadPlan& plan, LoadTarget& target, const LoaderOp
           if (c.convert == Convert::AsStored) std::memcpy(bf, raw.data(), out_bytes);
           else convert(c, raw.data(), bf, values);
           std::byte* const slot = slots[std::size_t(k)];
-          for (std::int64_t r = 0; r < ch.rows; ++r)
-            for (std::size_t o = 0; o < out; ++o) std::memcpy(slot + (o * std::size_t(ch.rows) + std::size_t(r)) * 2, bf + (std::size_t(r) * out + o) * 2, 2);
+          for (std::size_t r = 0; r < std::size_t(ch.rows); ++r)
+            for (std::size_t col = 0; col < out; ++col)
+              std::memcpy(slot + (col * std::size_t(ch.rows) + r) * 2, bf + (r * out + col) * 2, 2);
           target.put_rows(t, k, c.dst + std::size_t(ch.row0) * 2, in * 2, slot, std::size_t(ch.rows) * 2, out);
           written += out_bytes;
           k = (k + 1) % o.slots_per_thread;
