@@ -722,6 +722,8 @@ ModelConfig synthetic_config(int64_t hd, bool qk_norm, int64_t window) {
   c.qk_norm = qk_norm;
   c.qkv_bias = !qk_norm;  // the bias epilogue too
   c.sliding_window.assign(std::size_t(c.num_layers), window);
+  c.attention_chunk.assign(std::size_t(c.num_layers), 0);
+  c.rope_layer.assign(std::size_t(c.num_layers), true);
   c.layer_rope.assign(std::size_t(c.num_layers), c.rope);
   return c;
 }
