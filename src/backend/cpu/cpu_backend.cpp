@@ -34,7 +34,7 @@ CpuBackend::CpuBackend(ModelConfig config, ModelWeights weights, TpComm& comm)
            " layers, the config ", c_.num_layers);
 }
 
-// Self-attention of one layer on this rank's heads, then the all-reduce of the row-parallel o_proj.
+// Self-attention of one layer on this rank's heads: its share of the row-parallel o_proj.
 // h: [T, H] normed input -> out: [T, H]
 void CpuBackend::attention(int64_t layer, const float* h, const PackedBatch& batch, float* out) {
   const LayerWeights& l = w_.layers[std::size_t(layer)];
@@ -43,7 +43,6 @@ void CpuBackend::attention(int64_t layer, const float* h, const PackedBatch& bat
     cpu::mla_attention(*c_.mla, *mla, rope_[std::size_t(layer)], h, batch, kept.k, out);
   else
     gqa(layer, std::get<AttentionWeights>(l.attn), h, batch, kept, out);
-  comm_.all_reduce_sum(out, std::size_t(batch.num_tokens() * c_.hidden_size));
 }
 
 // Grouped-query attention: h [T, H] -> out [T, H], this rank's heads' share of o_proj.
@@ -85,7 +84,7 @@ void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, c
 }
 
 // The FFN part on this rank's share (dense: its intermediate slice; MoE: its experts and its slice
-// of the shared experts), then the one all-reduce that sums the shares. h, out: [T, H]
+// of the shared experts). h, out: [T, H]
 void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
   const LayerWeights& l = w_.layers[std::size_t(layer)];
   if (const auto* moe = std::get_if<MoeWeights>(&l.ffn)) {
@@ -109,7 +108,6 @@ void CpuBackend::ffn(int64_t layer, const float* h, int64_t T, float* out) {
   } else {
     cpu::mlp(std::get<MlpWeights>(l.ffn), h, T, out, c_.activation);
   }
-  comm_.all_reduce_sum(out, std::size_t(T * c_.hidden_size));
 }
 
 namespace {
@@ -156,8 +154,10 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
     for (float& v : x) v *= c_.embed_scale;
   std::vector<float> h(x.size()), delta(x.size());
   const float eps = float(c_.rms_norm_eps), offset = c_.norm_weight_offset;
-  // x += delta, with the sub-layer's output normed first under sandwich norms (Gemma-3).
+  // The end of a sub-layer: delta, this rank's share, summed over the group; normed under
+  // sandwich norms (Gemma-3); added to x.
   const auto residual_add = [&](const std::vector<float>& post_norm) {
+    comm_.all_reduce_sum(delta.data(), delta.size());
     if (!post_norm.empty()) cpu::rms_norm(delta.data(), post_norm.data(), delta.data(), T, H, eps, offset);
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
   };

@@ -41,7 +41,8 @@ class CpuBackend final : public Backend {
     std::vector<float> k, v;
   };
 
-  // The parts of one decoder layer; each ends in the one all-reduce of its row-parallel output.
+  // The parts of one decoder layer, each leaving this rank's share of its row-parallel output
+  // (forward's loop sums the shares over the group).
   void attention(int64_t layer, const float* h, const PackedBatch& batch, float* out);
   void gqa(int64_t layer, const AttentionWeights& a, const float* h, const PackedBatch& batch, KeptRows& kept,
            float* out);

@@ -273,7 +273,6 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
     LT_CUDA_CHECK(cudaMemcpyAsync(kept + c.keep_at * row, w.keys + (c.kept + c.keep_from) * row,
                                   std::size_t((T - c.keep_from) * row) * e, cudaMemcpyDeviceToDevice, s));
   gemm_->linear(w.delta, w.ctx, l.o.w, l.o.b, T, H, l.o.in, s);  // (T, H) partial sum over this rank's heads
-  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
 
 void CudaBackend::mla_block(std::int64_t layer, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
@@ -331,7 +330,6 @@ void CudaBackend::mla_block(std::int64_t layer, std::int64_t T, const std::int32
                                     std::size_t(rd) * e, std::size_t(n), cudaMemcpyDeviceToDevice, s));
   }
   gemm_->linear(w.delta, w.ctx, a.o.w, a.o.b, T, H, nh * vd, s);  // (T, H) partial sum over this rank's heads
-  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
 
 std::int64_t CudaBackend::routed_row_bound(std::int64_t T) const {
@@ -404,7 +402,6 @@ void CudaBackend::moe_block(const DeviceLayer& l, std::int64_t layer, std::int64
   cost_scope(layer, "moe combine");
   kernels::moe_combine(w.delta, w.y_perm, w.slot, weight_input ? nullptr : w.route_weights,
                        Is > 0 ? w.shared_out : nullptr, T, k, H, s);
-  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
 }
 
 void CudaBackend::expanded_experts(const DeviceLayer& l, std::int64_t layer, std::int64_t T,
@@ -453,7 +450,12 @@ void CudaBackend::mlp_block(const DeviceLayer& l, std::int64_t T) {
   gemm_->linear(w.gate_up, w.h, l.gate_up.w, l.gate_up.b, T, 2 * I, H, s);  // (T, 2I)
   kernels::swiglu(w.act, w.gate_up, T, I, gate_activation(config_.activation), s);  // (T, I)
   gemm_->linear(w.delta, w.act, l.down.w, l.down.b, T, H, I, s);            // (T, H) partial sum
-  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(w.delta, T * H, s);
+}
+
+// delta (T, H) summed over the tensor-parallel group: the end of every sub-layer, whose blocks
+// leave their rank's partial sum there.
+void CudaBackend::sum_over_ranks(std::int64_t T) {
+  if (comm_.size() > 1) comm_.all_reduce_sum_bf16(ws_->delta, T * shape_.hidden, compute_.get());
 }
 
 void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
@@ -482,6 +484,7 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
       mla_block(i, T, pos, tiles, num_tiles);
     else
       attention_block(i, T, pos, tiles, num_tiles);
+    sum_over_ranks(T);  // each rank's heads' share of o_proj
     cost_scope(i, l.moe ? "moe routing" : "mlp");
     post_norm(l.post_attn_norm);
     kernels::fused_residual_rmsnorm(w.h, w.x, w.delta, l.pre_ffn_norm, eps, T, H, s, offset);
@@ -489,6 +492,7 @@ void CudaBackend::run_layers(std::int64_t T, const std::int32_t* pos, const std:
       moe_block(l, i, T);
     else
       mlp_block(l, T);
+    sum_over_ranks(T);  // each rank's experts' or intermediate slice's share
   }
   cost_scope(-1, "final norm");
   if (timed) LT_CUDA_CHECK(cudaEventRecord(layer_events_[std::size_t(L)].get(), s));

@@ -70,19 +70,21 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaBackendOptions options, const ModelWeights* host,
               const Checkpoint* ckpt, std::uint64_t seed);
-  // The decoder layers and the final norm over the batch in ws_->x (T, H).
+  // The decoder layers and the final norm over the batch in ws_->x (T, H). Each sub-layer's block
+  // leaves this rank's partial sum in delta; the loop sums it over the group (sum_over_ranks).
   void run_layers(std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles, std::int64_t num_tiles);
-  // delta (T, H) = all-reduce(o_proj(attention(qkv_proj(h)))) of decoder layer `layer`
+  void sum_over_ranks(std::int64_t T);
+  // delta (T, H) = o_proj(attention(qkv_proj(h))) of decoder layer `layer`, this rank's heads
   void attention_block(std::int64_t layer, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
                        std::int64_t num_tiles);
-  // delta (T, H) = all-reduce(o_proj(attention(MLA projections of h))) of decoder layer `layer`
+  // delta (T, H) = o_proj(attention(MLA projections of h)) of decoder layer `layer`, this rank's heads
   void mla_block(std::int64_t layer, std::int64_t T, const std::int32_t* pos, const std::int32_t* tiles,
                  std::int64_t num_tiles);
   // Layer `layer`'s kept rows of the sample in flight (Workspace::kept).
   __nv_bfloat16* kept_rows(std::int64_t layer) const;
-  // delta (T, H) = all-reduce(down_proj(swiglu(gate_up_proj(h))))
+  // delta (T, H) = down_proj(swiglu(gate_up_proj(h))), this rank's intermediate slice
   void mlp_block(const DeviceLayer& l, std::int64_t T);
-  // delta (T, H) = all-reduce(this rank's routed experts, weighted, + its shared-expert slice)
+  // delta (T, H) = this rank's routed experts, weighted, + its shared-expert slice
   void moe_block(const DeviceLayer& l, std::int64_t layer, std::int64_t T);
   // The reference path of a MoE layer's routed experts: a group of packed experts at a time expanded
   // to bf16, one cuBLASLt product per expert and projection, after waiting for `host_counts`.
