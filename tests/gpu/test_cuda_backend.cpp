@@ -833,47 +833,72 @@ int user_errors() {
 
 }  // namespace
 
-int main() {
+// The test in three parts that ctest runs side by side (each alone under a sanitizer's time
+// limit): `dense` (the dense fixtures, flash vs reference, user errors, synthetic MoE, memory as
+// planned), `mla-moe` (the MLA fixtures, FP8/INT4 packed, the expansion path) and `gqa-moe` (the
+// GQA MoE families); no argument runs all three.
+int main(int argc, char** argv) {
   if (!gpu_test::gpu_visible()) return gpu_test::kSkip;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a crash must not take the last lines with it
+  const std::string part = argc > 1 ? argv[1] : "";
+  if (!part.empty() && part != "dense" && part != "mla-moe" && part != "gqa-moe") {
+    std::printf("FAIL: unknown part '%s' (dense, mla-moe, gqa-moe)\n", part.c_str());
+    return 1;
+  }
+  const auto runs = [&](const char* p) { return part.empty() || part == p; };
+  const auto is_mla = [](const std::string& name) { return load_model_config((fixture(name) / "config.json").string()).mla.has_value(); };
   int failures = 0;
   try {
-    for (const std::string& name : test::dense_fixtures()) failures += golden_single(name);
-    for (const int tp : {2, 4}) failures += golden_tp("llama_tp", tp);
-    for (const int tp : {2, 4}) failures += golden_tp("gemma3", tp);  // one kv head on every rank
-    failures += flash_vs_reference(64, false, 0);
-    failures += flash_vs_reference(128, true, 40);
-    failures += user_errors();
+    if (runs("dense")) {
+      for (const std::string& name : test::dense_fixtures()) failures += golden_single(name);
+      for (const int tp : {2, 4}) failures += golden_tp("llama_tp", tp);
+      for (const int tp : {2, 4}) failures += golden_tp("gemma3", tp);  // one kv head on every rank
+      failures += flash_vs_reference(64, false, 0);
+      failures += flash_vs_reference(128, true, 40);
+      failures += user_errors();
+      // Chunked prefill: dense GQA with and without a sliding window.
+      failures += chunked_matches_whole("llama", 1, MoeSplit::Experts, {1, 7});
+      failures += chunked_matches_whole("mistral", 1, MoeSplit::Experts, {5});
+      failures += chunked_matches_whole("llama_tp", 2, MoeSplit::Experts, {6});
+      failures += chunked_matches_whole("llama_tp", 4, MoeSplit::Experts, {9});
+      failures += chunked_matches_whole("gemma3", 2, MoeSplit::Experts, {6});
+      failures += synthetic_moe();
+      for (const char* name : {"llama", "qwen2", "deepseek_v3_fp8", "kimi_k25_int4", "qwen3_moe"})
+        failures += device_memory_as_planned(name);
+    }
     // The routed experts through the grouped GEMM (the default), every family at TP 1, 2 and 4 with
     // both layouts where the fixture divides; the expansion path (the reference) at TP 1 and 2.
     for (const std::string& name : test::moe_fixtures()) {
+      if (!runs(is_mla(name) ? "mla-moe" : "gqa-moe")) continue;
       failures += golden_moe(name, 1, MoeSplit::Experts);
       if (name == "deepseek_v3" || name == "deepseek_v3_noqlora") continue;  // kimi_k2 and deepseek_v3_fp8 shard the same parts
       for (const int tp : {2, 4})
         for (const MoeSplit split : {MoeSplit::Experts, MoeSplit::Intermediate}) failures += golden_moe(name, tp, split);
     }
-    for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"}) {
-      failures += golden_moe(name, 1, MoeSplit::Experts, cuda::ExpertKernel::Expand);
-      failures += golden_moe(name, 2, MoeSplit::Intermediate, cuda::ExpertKernel::Expand);
+    if (runs("mla-moe")) {
+      for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"}) {
+        failures += golden_moe(name, 1, MoeSplit::Experts, cuda::ExpertKernel::Expand);
+        failures += golden_moe(name, 2, MoeSplit::Intermediate, cuda::ExpertKernel::Expand);
+      }
+      // Chunked prefill: MLA with YaRN, MoE both splits, packed checkpoints.
+      failures += chunked_matches_whole("kimi_k2", 1, MoeSplit::Experts, {6});
+      failures += chunked_matches_whole("deepseek_v3_fp8", 2, MoeSplit::Experts, {7});
+      failures += chunked_matches_whole("kimi_k25_int4", 2, MoeSplit::Intermediate, {8});
+      for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"})
+        for (const cuda::ExpertKernel k : {cuda::ExpertKernel::Grouped, cuda::ExpertKernel::Expand})
+          failures += packed_matches_bf16(name, k);
     }
-    // Chunked prefill: dense GQA with and without a sliding window, MLA with YaRN, MoE both splits.
-    failures += chunked_matches_whole("llama", 1, MoeSplit::Experts, {1, 7});
-    failures += chunked_matches_whole("mistral", 1, MoeSplit::Experts, {5});
-    failures += chunked_matches_whole("llama_tp", 2, MoeSplit::Experts, {6});
-    failures += chunked_matches_whole("llama_tp", 4, MoeSplit::Experts, {9});
-    failures += chunked_matches_whole("kimi_k2", 1, MoeSplit::Experts, {6});
-    failures += chunked_matches_whole("deepseek_v3_fp8", 2, MoeSplit::Experts, {7});
-    failures += chunked_matches_whole("qwen3_moe", 2, MoeSplit::Intermediate, {5});
-    failures += chunked_matches_whole("kimi_k25_int4", 2, MoeSplit::Intermediate, {8});
-    failures += chunked_matches_whole("mixtral_swa", 2, MoeSplit::Experts, {5});
-    failures += chunked_matches_whole("gemma3", 2, MoeSplit::Experts, {6});
-    failures += chunked_matches_whole("glm4_moe", 2, MoeSplit::Intermediate, {7});
-    for (const char* name : {"deepseek_v3_fp8", "kimi_k25_int4"})
-      for (const cuda::ExpertKernel k : {cuda::ExpertKernel::Grouped, cuda::ExpertKernel::Expand})
-        failures += packed_matches_bf16(name, k);
-    failures += synthetic_moe();
-    for (const char* name : {"llama", "qwen2", "deepseek_v3_fp8", "kimi_k25_int4", "qwen3_moe"})
-      failures += device_memory_as_planned(name);
+    if (runs("gqa-moe")) {
+      // Chunked prefill: sliding windows (Mixtral, GPT-OSS with its sinks), partial rotary, and
+      // Llama-4's attention chunks crossing the batches' boundaries.
+      failures += chunked_matches_whole("qwen3_moe", 2, MoeSplit::Intermediate, {5});
+      failures += chunked_matches_whole("mixtral_swa", 2, MoeSplit::Experts, {5});
+      failures += chunked_matches_whole("glm4_moe", 2, MoeSplit::Intermediate, {7});
+      failures += chunked_matches_whole("gpt_oss", 2, MoeSplit::Experts, {6});
+      failures += chunked_matches_whole("llama4", 2, MoeSplit::Intermediate, {5});
+      // GPT-OSS's biased MXFP4 experts on the expansion path too.
+      failures += golden_moe("gpt_oss", 2, MoeSplit::Intermediate, cuda::ExpertKernel::Expand);
+    }
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
