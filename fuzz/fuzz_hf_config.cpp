@@ -17,9 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     const layertap::ModelConfig c = layertap::parse_model_config(text, "fuzz/config.json");
-    // The per-layer vectors the model indexes by layer must have one entry per layer.
-    if (c.sliding_window.size() != std::size_t(c.num_layers)) std::abort();
-    if (c.moe && c.moe_layers.size() != std::size_t(c.num_layers)) std::abort();
+    // The model indexes `layers` by layer: one entry per layer.
+    if (c.layers.size() != std::size_t(c.num_layers)) std::abort();
     for (int64_t i = 0; i < c.num_layers; ++i) (void)c.is_moe_layer(i);
     (void)c.q_dim();
     (void)c.kv_dim();

@@ -164,7 +164,8 @@ int64_t rotary_dim(const JsonFields& j, int64_t head_dim, double fallback, const
 // The routed experts of every MoE layer, in all, within kMaxExpertModules.
 void check_expert_modules(const JsonFields& j, const ModelConfig& c) {
   if (!c.moe) return;
-  const int64_t moe_layers = std::count(c.moe_layers.begin(), c.moe_layers.end(), true);
+  const int64_t moe_layers =
+      std::count_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return l.moe; });
   LT_CHECK(moe_layers * c.moe->num_experts <= kMaxExpertModules, j.where(), ": ", moe_layers, " MoE layers x ",
            c.moe->num_experts, " routed experts = ", moe_layers * c.moe->num_experts,
            " expert modules, more than the ", kMaxExpertModules, " layertap takes (Kimi-K2.5 has 23,040)");
@@ -233,8 +234,7 @@ void parse_deepseek_moe(const JsonFields& j, ModelConfig& c, const DeepseekMoeDe
   // moe_layer_freq 1, the value every released checkpoint uses.
   const int64_t first_dense = j.integer_or("first_k_dense_replace", d.first_dense, 0, kMaxLayers);
   const int64_t freq = j.integer_or("moe_layer_freq", 1, 1, kMaxLayers);
-  c.moe_layers.assign(std::size_t(c.num_layers), false);
-  for (int64_t i = 0; i < c.num_layers; ++i) c.moe_layers[std::size_t(i)] = i >= first_dense && i % freq == 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) c.layers[std::size_t(i)].moe = i >= first_dense && i % freq == 0;
   c.moe = m;
   check_expert_modules(j, c);
 }
@@ -254,9 +254,8 @@ void parse_qwen3_moe(const JsonFields& j, ModelConfig& c) {
            m.experts_per_token, " exceeds num_experts ", m.num_experts);
   const int64_t step = j.integer_or("decoder_sparse_step", 1, 1, kMaxLayers);
   const auto dense_only = j.integers_or_empty("mlp_only_layers", 0, kMaxLayers);
-  c.moe_layers.assign(std::size_t(c.num_layers), false);
   for (int64_t i = 0; i < c.num_layers; ++i)
-    c.moe_layers[std::size_t(i)] = std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end() &&
+    c.layers[std::size_t(i)].moe = std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end() &&
                                    m.num_experts > 0 && (i + 1) % step == 0;
   if (m.num_experts > 0) c.moe = m;
   check_expert_modules(j, c);
@@ -274,7 +273,7 @@ void parse_mixtral_moe(const JsonFields& j, ModelConfig& c) {
   m.names = {.block = "block_sparse_moe.", .gate = "w1", .up = "w3", .down = "w2"};
   LT_CHECK(m.experts_per_token <= m.num_experts, j.where(), ": num_experts_per_tok ", m.experts_per_token,
            " exceeds num_local_experts ", m.num_experts);
-  c.moe_layers.assign(std::size_t(c.num_layers), true);
+  for (LayerConfig& l : c.layers) l.moe = true;
   c.moe = m;
   check_expert_modules(j, c);
 }
@@ -316,7 +315,7 @@ void parse_gpt_oss(const JsonFields& j, ModelConfig& c) {
              .experts = MoeTensorNames::Experts::StackedInterleaved};
   LT_CHECK(m.experts_per_token <= m.num_experts, j.where(), ": num_experts_per_tok ", m.experts_per_token,
            " exceeds num_local_experts ", m.num_experts);
-  c.moe_layers.assign(std::size_t(c.num_layers), true);
+  for (LayerConfig& l : c.layers) l.moe = true;
   c.moe = m;
   check_expert_modules(j, c);
   c.attention_sinks = true;
@@ -324,7 +323,7 @@ void parse_gpt_oss(const JsonFields& j, ModelConfig& c) {
                   float(j.number_or("swiglu_limit", 7.0, kPositive))};
   const int64_t window = j.integer_or("sliding_window", 128, 1, kMaxPositions);
   const std::vector<bool> sliding = sliding_layers(j, c.num_layers, 2);
-  for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_window[std::size_t(i)] = sliding[std::size_t(i)] ? window : 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) c.layers[std::size_t(i)].window = sliding[std::size_t(i)] ? window : 0;
 }
 
 // Llama-4 text (Llama4TextConfig): MoE layers by moe_layers, else every interleave_moe_layer_step-th
@@ -349,15 +348,14 @@ void parse_llama4(const JsonFields& j, ModelConfig& c) {
            " exceeds num_local_experts ", m.num_experts);
   c.intermediate_size = j.integer_or("intermediate_size_mlp", 16384, 1, kMaxWidth);
   c.ffn_block = "feed_forward.";
-  c.moe_layers.assign(std::size_t(L), false);
   if (j.has("moe_layers")) {
     for (const int64_t i : j.integers_or_empty("moe_layers", 0, kMaxLayers)) {
       LT_CHECK(i < L, j.where(), ": moe_layers names layer ", i, " of ", L);
-      c.moe_layers[std::size_t(i)] = true;
+      c.layers[std::size_t(i)].moe = true;
     }
   } else {
     const int64_t step = j.integer_or("interleave_moe_layer_step", 1, 1, kMaxLayers);
-    for (int64_t i = step - 1; i < L; i += step) c.moe_layers[std::size_t(i)] = true;
+    for (int64_t i = step - 1; i < L; i += step) c.layers[std::size_t(i)].moe = true;
   }
   c.moe = m;
   check_expert_modules(j, c);
@@ -368,10 +366,12 @@ void parse_llama4(const JsonFields& j, ModelConfig& c) {
   if (!nope.empty()) {
     LT_CHECK(int64_t(nope.size()) == L, j.where(), ": no_rope_layers lists ", nope.size(), " layers, ",
              "num_hidden_layers is ", L);
-    for (int64_t i = 0; i < L; ++i) c.rope_layer[std::size_t(i)] = nope[std::size_t(i)] == 1;
+    for (int64_t i = 0; i < L; ++i)
+      if (nope[std::size_t(i)] != 1) c.layers[std::size_t(i)].rope.reset();
   } else {
     const int64_t interval = j.integer_or("no_rope_layer_interval", 4, 1, kMaxLayers);
-    for (int64_t i = 0; i < L; ++i) c.rope_layer[std::size_t(i)] = (i + 1) % interval != 0;
+    for (int64_t i = 0; i < L; ++i)
+      if ((i + 1) % interval == 0) c.layers[std::size_t(i)].rope.reset();
   }
   // Scout's config.json writes attn_temperature_tuning as a number (4): transformers reads it as truthy.
   const json* tuning = j.raw().contains("attn_temperature_tuning") ? &j.raw()["attn_temperature_tuning"] : nullptr;
@@ -394,10 +394,10 @@ void parse_llama4(const JsonFields& j, ModelConfig& c) {
                "'chunked_attention' or 'full_attention'");
       LT_CHECK(t != "chunked_attention" || chunk > 0, j.where(), ": layer_types[", i, "] is chunked but "
                "attention_chunk_size is null");
-      c.attention_chunk[i] = t == "chunked_attention" ? chunk : 0;
+      c.layers[i].chunk = t == "chunked_attention" ? chunk : 0;
     }
   } else {
-    for (int64_t i = 0; i < L; ++i) c.attention_chunk[std::size_t(i)] = c.rope_layer[std::size_t(i)] ? chunk : 0;
+    for (LayerConfig& l : c.layers) l.chunk = l.rope ? chunk : 0;
   }
 }
 
@@ -436,8 +436,8 @@ void parse_gemma3(const JsonFields& j, ModelConfig& c) {
   }
   c.rope = global;
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    c.sliding_window[std::size_t(i)] = sliding[std::size_t(i)] ? window : 0;
-    c.layer_rope[std::size_t(i)] = sliding[std::size_t(i)] ? local : global;
+    c.layers[std::size_t(i)].window = sliding[std::size_t(i)] ? window : 0;
+    c.layers[std::size_t(i)].rope = sliding[std::size_t(i)] ? local : global;
   }
 }
 
@@ -511,6 +511,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                 (family.qk_norm == QkNorm::WhenUseQkNorm && j.boolean_or("use_qk_norm", false));
   }
   c.rotary_dim = rotary_dim(j, c.head_dim, family.partial_rotary_default, c.architecture);
+  // Every layer the model's RoPE, no window or chunk, dense until the family's parse says otherwise.
+  c.layers.assign(std::size_t(c.num_layers), LayerConfig{.rope = c.rope});
   switch (family.ffn) {
     case Ffn::Dense: break;
     case Ffn::Qwen3Moe: parse_qwen3_moe(j, c); break;
@@ -521,10 +523,6 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     case Ffn::Llama4Moe: break;  // parse_llama4, with the layers' attention
   }
 
-  c.sliding_window.assign(std::size_t(c.num_layers), 0);
-  c.attention_chunk.assign(std::size_t(c.num_layers), 0);
-  c.rope_layer.assign(std::size_t(c.num_layers), true);
-  c.layer_rope.assign(std::size_t(c.num_layers), c.rope);
   if (family.ffn == Ffn::GptOssMoe) {
     parse_gpt_oss(j, c);
   } else if (family.ffn == Ffn::Llama4Moe) {
@@ -532,7 +530,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   } else if (family.gemma3) {
     parse_gemma3(j, c);
   } else if (family.mistral_window) {
-    c.sliding_window.assign(std::size_t(c.num_layers), j.integer_or("sliding_window", 0, 0, kMaxPositions));
+    const int64_t window = j.integer_or("sliding_window", 0, 0, kMaxPositions);
+    for (LayerConfig& l : c.layers) l.window = window;
   } else {
     LT_CHECK(!j.boolean_or("use_sliding_window", false), j.where(),
              ": use_sliding_window=true is not supported for ", c.architecture);

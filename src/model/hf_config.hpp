@@ -96,6 +96,19 @@ struct GatedActivation {
   float alpha = 0, limit = 0;  // ClampedSwiglu (GPT-OSS: swiglu_alpha 1.702, swiglu_limit 7)
 };
 
+// One decoder layer as config.json describes it: its position encoding, its attention mask and
+// whether its FFN is MoE.
+struct LayerConfig {
+  // The layer's RoPE: the model's, except Gemma-3's sliding layers (rope_local_base_freq);
+  // nullopt: a NoPE layer (Llama-4).
+  std::optional<RopeConfig> rope;
+  int64_t window = 0;  // sliding window: a query sees its last `window` keys (itself included); 0 = none
+  // Llama-4's chunked attention: a query sees only the keys of its own chunk of this many positions
+  // (position / chunk equal); 0 = none.
+  int64_t chunk = 0;
+  bool moe = false;  // the FFN is MoE (ModelConfig::moe), else dense
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   int64_t hidden_size = 0;
@@ -110,10 +123,8 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
-  RopeConfig rope;
-  // [L] each layer's RoPE: `rope`, except where a family gives sliding layers their own (Gemma-3's
-  // rope_local_base_freq).
-  std::vector<RopeConfig> layer_rope;
+  RopeConfig rope;  // the model's; each layer's own is in `layers`
+  std::vector<LayerConfig> layers;  // [num_layers]
   bool tie_word_embeddings = false;
   bool qkv_bias = false;   // Qwen2: q/k/v biases; Llama attention_bias: q/k/v/o
   bool o_bias = false;
@@ -124,13 +135,8 @@ struct ModelConfig {
   // GPT-OSS: self_attn.sinks [heads], one logit per head that joins each row's softmax (and takes
   // probability mass, attending to nothing).
   bool attention_sinks = false;
-  std::vector<int64_t> sliding_window;  // [L] per layer; 0 = full causal attention
-  // [L] Llama-4's chunked attention: a query sees only the keys of its own chunk of this many
-  // positions (position / chunk equal); 0 = none.
-  std::vector<int64_t> attention_chunk;
-  // [L] Llama-4's NoPE layers: false = no RoPE; their queries are scaled by the temperature
-  // log1p(floor((position + 1) / floor_scale)) * attn_scale + 1 when attn_temperature_tuning.
-  std::vector<bool> rope_layer;
+  // NoPE layers' queries are scaled by log1p(floor((position + 1) / floor_scale)) * attn_scale + 1
+  // when attn_temperature_tuning (Llama-4).
   struct Temperature {
     bool on = false;
     double floor_scale = 8192, attn_scale = 0.1;
@@ -152,8 +158,7 @@ struct ModelConfig {
   DType torch_dtype = DType::F32;
 
   std::optional<MlaConfig> mla;   // set: every layer's attention is MLA, else GQA
-  std::optional<MoeConfig> moe;   // set: the layers marked in moe_layers are MoE
-  std::vector<bool> moe_layers;   // [L] (empty for dense models)
+  std::optional<MoeConfig> moe;   // set: the layers marked `moe` in `layers` are MoE
   std::string tensor_prefix = "model.";  // "language_model.model." for Kimi-K2.5
   // A multimodal wrapper's media token (Kimi-K2.5's media_placeholder_token_id, Llama-4's
   // image_token_index): samples holding it are refused.
@@ -162,7 +167,7 @@ struct ModelConfig {
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
-  bool is_moe_layer(int64_t i) const { return moe && moe_layers[std::size_t(i)]; }
+  bool is_moe_layer(int64_t i) const { return moe && layers[std::size_t(i)].moe; }
   // The GQA softmax scale, in float as transformers' eager attention applies it.
   float attention_scale() const;
 };

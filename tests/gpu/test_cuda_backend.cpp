@@ -721,10 +721,7 @@ ModelConfig synthetic_config(int64_t hd, bool qk_norm, int64_t window) {
   c.num_kv_heads = c.num_heads / 2, c.head_dim = hd, c.rotary_dim = hd, c.vocab_size = 500, c.rms_norm_eps = 1e-6;
   c.qk_norm = qk_norm;
   c.qkv_bias = !qk_norm;  // the bias epilogue too
-  c.sliding_window.assign(std::size_t(c.num_layers), window);
-  c.attention_chunk.assign(std::size_t(c.num_layers), 0);
-  c.rope_layer.assign(std::size_t(c.num_layers), true);
-  c.layer_rope.assign(std::size_t(c.num_layers), c.rope);
+  c.layers.assign(std::size_t(c.num_layers), LayerConfig{.rope = c.rope, .window = window});
   return c;
 }
 

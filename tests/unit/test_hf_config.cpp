@@ -51,6 +51,28 @@ std::string fixture_config(const std::string& model) {
 
 ModelConfig fixture(const std::string& model) { return parse_model_config(fixture_config(model), model); }
 
+// One field of every layer, to compare with a list.
+std::vector<int64_t> windows(const ModelConfig& c) {
+  std::vector<int64_t> v;
+  for (const LayerConfig& l : c.layers) v.push_back(l.window);
+  return v;
+}
+std::vector<int64_t> chunks(const ModelConfig& c) {
+  std::vector<int64_t> v;
+  for (const LayerConfig& l : c.layers) v.push_back(l.chunk);
+  return v;
+}
+std::vector<bool> rope_layers(const ModelConfig& c) {  // false: NoPE
+  std::vector<bool> v;
+  for (const LayerConfig& l : c.layers) v.push_back(l.rope.has_value());
+  return v;
+}
+std::vector<bool> moe_layers(const ModelConfig& c) {
+  std::vector<bool> v;
+  for (const LayerConfig& l : c.layers) v.push_back(l.moe);
+  return v;
+}
+
 // transformers' yarn_get_mscale.
 double mscale(double factor, double m) { return 0.1 * m * std::log(factor) + 1.0; }
 
@@ -89,7 +111,7 @@ void expect_same_moe_mla(const ModelConfig& a, const ModelConfig& b) {
     EXPECT_EQ(a.moe->routed_scaling_factor, b.moe->routed_scaling_factor);
     EXPECT_EQ(a.moe->score_bias, b.moe->score_bias);
   }
-  EXPECT_EQ(a.moe_layers, b.moe_layers);
+  EXPECT_EQ(moe_layers(a), moe_layers(b));
   EXPECT_EQ(a.tensor_prefix, b.tensor_prefix);
   EXPECT_EQ(a.quant.method, b.quant.method);
 }
@@ -105,7 +127,7 @@ TEST(HfConfig, ParsesClassicLlamaWithLlama3Rope) {
   EXPECT_EQ(c.rope.original_max_position_embeddings, 32);
   EXPECT_EQ(c.torch_dtype, DType::BF16);
   EXPECT_FALSE(c.qkv_bias);
-  EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, 0));
+  EXPECT_EQ(windows(c), std::vector<int64_t>(4, 0));
 }
 
 TEST(HfConfig, ParsesRopeParametersSpelling) {
@@ -126,7 +148,23 @@ TEST(HfConfig, FamiliesSetBiasesNormsAndWindows) {
   EXPECT_EQ(qwen3.head_dim, 16);
   const ModelConfig mistral = parse_model_config(
       with(with(kLlama, "LlamaForCausalLM", "MistralForCausalLM"), R"("hidden_act")", R"("sliding_window": 8, "hidden_act")"), "c");
-  EXPECT_EQ(mistral.sliding_window, std::vector<int64_t>(4, 8));
+  EXPECT_EQ(windows(mistral), std::vector<int64_t>(4, 8));
+}
+
+// Gemma-3 (the fixture): sliding layers by layer_types with the local rope, the full layer with the
+// model's (rope_theta and rope_scaling).
+TEST(HfConfig, Gemma3LayersTakeTheirWindowAndRope) {
+  const ModelConfig c = fixture("gemma3");
+  EXPECT_EQ(windows(c), (std::vector<int64_t>{8, 8, 8, 8, 8, 0}));
+  EXPECT_EQ(rope_layers(c), std::vector<bool>(6, true));
+  EXPECT_EQ(c.rope.type, RopeConfig::Type::Linear);
+  EXPECT_EQ(c.rope.theta, 1e6);
+  for (std::size_t i = 0; i < c.layers.size(); ++i) {
+    const RopeConfig& r = c.layers[i].rope.value();
+    EXPECT_EQ(r.type, i == 5 ? RopeConfig::Type::Linear : RopeConfig::Type::Default) << "layer " << i;
+    EXPECT_EQ(r.theta, i == 5 ? 1e6 : 1e4) << "layer " << i;
+    EXPECT_EQ(r.factor, i == 5 ? 8.0 : 1.0) << "layer " << i;
+  }
 }
 
 // Mixtral: every layer MoE, experts of intermediate_size, softmax top-k renormalised, the window
@@ -136,7 +174,7 @@ TEST(HfConfigMoe, MixtralIsARowOfParameters) {
                                    R"("num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 16, "hidden_act")");
   const ModelConfig c = parse_model_config(mixtral, "c");
   ASSERT_TRUE(c.moe.has_value());
-  EXPECT_EQ(c.moe_layers, std::vector<bool>(4, true));
+  EXPECT_EQ(moe_layers(c), std::vector<bool>(4, true));
   EXPECT_EQ(c.moe->routing, MoeConfig::Routing::SoftmaxTopk);
   EXPECT_TRUE(c.moe->norm_topk_prob);
   EXPECT_EQ(c.moe->num_experts, 8);
@@ -145,7 +183,7 @@ TEST(HfConfigMoe, MixtralIsARowOfParameters) {
   EXPECT_EQ(c.moe->num_shared_experts, 0);
   EXPECT_EQ(c.moe->names.block, "block_sparse_moe.");
   EXPECT_EQ(c.moe->names.gate + c.moe->names.up + c.moe->names.down, "w1w3w2");
-  EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, 16));
+  EXPECT_EQ(windows(c), std::vector<int64_t>(4, 16));
   EXPECT_EQ(c.rotary_dim, c.head_dim);
   EXPECT_TRUE(has(error_of(with(mixtral, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)")),
                   "num_experts_per_tok 9 exceeds num_local_experts 8"));
@@ -169,7 +207,7 @@ TEST(HfConfigMoe, Glm4MoeIsARowOfParameters) {
   EXPECT_TRUE(c.moe->score_bias);
   EXPECT_EQ(c.moe->num_shared_experts, 1);          // GLM's default
   EXPECT_DOUBLE_EQ(c.moe->routed_scaling_factor, 1.0);  // GLM's default, not DeepSeek's 2.5
-  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(moe_layers(c), (std::vector<bool>{false, true, true, true}));
   EXPECT_EQ(c.moe->names.block, "mlp.");
   EXPECT_EQ(parse_model_config(with(glm, R"("head_dim": 16,)", R"("head_dim": 16, "partial_rotary_factor": 0.25,)"), "c")
                 .rotary_dim, 4);
@@ -197,7 +235,7 @@ TEST(HfConfigMoe, GptOssIsARowOfParameters) {
     "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}})";
   const ModelConfig c = parse_model_config(gpt_oss, "c");
   ASSERT_TRUE(c.moe.has_value());
-  EXPECT_EQ(c.moe_layers, std::vector<bool>(4, true));
+  EXPECT_EQ(moe_layers(c), std::vector<bool>(4, true));
   EXPECT_EQ(c.moe->routing, MoeConfig::Routing::TopkSoftmax);
   EXPECT_EQ(c.moe->num_experts, 8);
   EXPECT_EQ(c.moe->experts_per_token, 2);
@@ -210,14 +248,14 @@ TEST(HfConfigMoe, GptOssIsARowOfParameters) {
   EXPECT_EQ(c.activation.kind, GatedActivation::Kind::ClampedSwiglu);
   EXPECT_FLOAT_EQ(c.activation.alpha, 1.702f);  // transformers' default
   EXPECT_FLOAT_EQ(c.activation.limit, 1.0f);
-  EXPECT_EQ(c.sliding_window, (std::vector<int64_t>{8, 0, 8, 0}));
+  EXPECT_EQ(windows(c), (std::vector<int64_t>{8, 0, 8, 0}));
   EXPECT_EQ(c.rope.type, RopeConfig::Type::Yarn);
   EXPECT_FALSE(c.rope.truncate);
   EXPECT_EQ(c.quant.method, QuantConfig::Method::Mxfp4);
-  EXPECT_EQ(parse_model_config(with(gpt_oss, R"("sliding_window": 8,)",
-                                    R"("sliding_window": 8, "layer_types": ["full_attention", "sliding_attention",
-                                       "sliding_attention", "full_attention"],)"), "c")
-                .sliding_window, (std::vector<int64_t>{0, 8, 8, 0}));
+  EXPECT_EQ(windows(parse_model_config(with(gpt_oss, R"("sliding_window": 8,)",
+                                            R"("sliding_window": 8, "layer_types": ["full_attention",
+                                               "sliding_attention", "sliding_attention", "full_attention"],)"), "c")),
+            (std::vector<int64_t>{0, 8, 8, 0}));
   EXPECT_TRUE(has(error_of(with(gpt_oss, R"("rope_scaling")", R"("no_rope_scaling")")), "GPT-OSS needs its rope"));
   EXPECT_TRUE(has(error_of(with(gpt_oss, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)")),
                   "num_experts_per_tok 9 exceeds num_local_experts 8"));
@@ -239,7 +277,7 @@ TEST(HfConfigMoe, Llama4IsARowOfParameters) {
   const std::string causal = with(text, "{", R"({"architectures": ["Llama4ForCausalLM"], )");
   const ModelConfig c = parse_model_config(causal, "c");
   ASSERT_TRUE(c.moe.has_value());
-  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(moe_layers(c), (std::vector<bool>{false, true, false, true}));
   EXPECT_EQ(c.moe->routing, MoeConfig::Routing::TopkSigmoid);
   EXPECT_TRUE(c.moe->weight_input);
   EXPECT_EQ(c.moe->expert_intermediate_size, 32);
@@ -248,8 +286,8 @@ TEST(HfConfigMoe, Llama4IsARowOfParameters) {
   EXPECT_EQ(c.moe->names.block + c.moe->names.router + " " + c.moe->names.shared, "feed_forward.router shared_expert.");
   EXPECT_EQ(c.moe->names.experts, MoeTensorNames::Experts::StackedTransposed);
   EXPECT_EQ(c.ffn_block, "feed_forward.");
-  EXPECT_EQ(c.rope_layer, (std::vector<bool>{true, false, true, false}));
-  EXPECT_EQ(c.attention_chunk, (std::vector<int64_t>{8, 0, 8, 0}));
+  EXPECT_EQ(rope_layers(c), (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(chunks(c), (std::vector<int64_t>{8, 0, 8, 0}));
   EXPECT_TRUE(c.nope_temperature.on);
   EXPECT_DOUBLE_EQ(c.nope_temperature.floor_scale, 4);
   EXPECT_TRUE(c.qk_l2_norm && c.rope_interleave);
@@ -260,19 +298,20 @@ TEST(HfConfigMoe, Llama4IsARowOfParameters) {
   const ModelConfig d = parse_model_config(
       with(with(with(causal, R"("interleave_moe_layer_step": 2,)", ""), R"("no_rope_layers": [1, 0, 1, 0],)", ""),
            R"("attn_temperature_tuning": true)", R"("attn_temperature_tuning": 4)"), "c");
-  EXPECT_EQ(d.moe_layers, std::vector<bool>(4, true));
-  EXPECT_EQ(d.rope_layer, (std::vector<bool>{true, true, true, false}));
-  EXPECT_EQ(d.attention_chunk, (std::vector<int64_t>{8, 8, 8, 0}));
+  EXPECT_EQ(moe_layers(d), std::vector<bool>(4, true));
+  EXPECT_EQ(rope_layers(d), (std::vector<bool>{true, true, true, false}));
+  EXPECT_EQ(chunks(d), (std::vector<int64_t>{8, 8, 8, 0}));
   EXPECT_TRUE(d.nope_temperature.on);
-  EXPECT_EQ(parse_model_config(with(causal, R"("attention_chunk_size": 8)", R"("attention_chunk_size": null)"), "c")
-                .attention_chunk, std::vector<int64_t>(4, 0));
+  EXPECT_EQ(chunks(parse_model_config(with(causal, R"("attention_chunk_size": 8)", R"("attention_chunk_size": null)"),
+                                      "c")),
+            std::vector<int64_t>(4, 0));
   // The multimodal checkpoint: the text model under text_config and language_model.model.
   const std::string wrapper = R"({"architectures": ["Llama4ForConditionalGeneration"], "image_token_index": 200,
                                   "text_config": )" + text + "}";
   const ModelConfig w = parse_model_config(wrapper, "c");
   EXPECT_EQ(w.tensor_prefix, "language_model.model.");
   EXPECT_EQ(w.media_placeholder_token_id, 200);
-  EXPECT_EQ(w.moe_layers, c.moe_layers);
+  EXPECT_EQ(moe_layers(w), moe_layers(c));
   EXPECT_TRUE(has(error_of(with(causal, R"("no_rope_layers": [1, 0, 1, 0])", R"("no_rope_layers": [1, 0])")),
                   "no_rope_layers lists 2 layers"));
 }
@@ -330,7 +369,7 @@ TEST(HfConfigMoe, DeepseekV3NativeConfig) {
   EXPECT_TRUE(c.moe->norm_topk_prob);
   EXPECT_EQ(c.moe->routed_scaling_factor, 2.5);
   EXPECT_TRUE(c.moe->score_bias);
-  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));  // first_k_dense_replace 1
+  EXPECT_EQ(moe_layers(c), (std::vector<bool>{false, true, true, true}));  // first_k_dense_replace 1
   EXPECT_FALSE(c.is_moe_layer(0));
   EXPECT_TRUE(c.is_moe_layer(3));
 }
@@ -339,7 +378,7 @@ TEST(HfConfigMoe, KimiK2RealConfigYarnAttentionFactor) {
   const ModelConfig c = fixture("kimi_k2");
   EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
   EXPECT_EQ(c.num_layers, 4);  // the MTP layer (num_nextn_predict_layers) is not a decoder layer
-  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(moe_layers(c), (std::vector<bool>{false, true, true, true}));
   ASSERT_TRUE(c.mla);
   EXPECT_EQ(c.mla->q_lora_rank, 48);
   EXPECT_EQ(c.mla->kv_lora_rank, 24);
@@ -388,7 +427,7 @@ TEST(HfConfigMoe, DeepseekV3WithoutQLora) {
   ASSERT_TRUE(c.moe);
   EXPECT_FALSE(c.moe->norm_topk_prob);
   EXPECT_EQ(c.moe->expert_intermediate_size, 16);
-  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(moe_layers(c), (std::vector<bool>{false, true, true, true}));
 }
 
 TEST(HfConfigMoe, KimiK25WrapperReadsTextConfig) {
@@ -412,7 +451,7 @@ TEST(HfConfigMoe, KimiK25WrapperReadsTextConfig) {
   EXPECT_EQ(c.moe->num_experts, 8);
   EXPECT_EQ(c.moe->experts_per_token, 2);
   EXPECT_EQ(c.moe->expert_intermediate_size, 64);
-  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(moe_layers(c), (std::vector<bool>{false, true, true, true}));
   // quantization_config inside text_config.
   EXPECT_EQ(c.quant.method, QuantConfig::Method::Int4Group);
   EXPECT_EQ(c.quant.group_size, 32);
@@ -456,7 +495,7 @@ TEST(HfConfigMoe, Qwen3MoeLayersBySparseStepAndMlpOnlyLayers) {
   EXPECT_FALSE(c.moe->norm_topk_prob);
   EXPECT_FALSE(c.moe->score_bias);
   // step 2 makes 1, 3, 5 MoE; mlp_only_layers [1] makes 1 dense.
-  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, false, false, true, false, true}));
+  EXPECT_EQ(moe_layers(c), (std::vector<bool>{false, false, false, true, false, true}));
 
   const std::string text = fixture_config("qwen3_moe");
   // transformers 5 spells the expert count num_local_experts.
@@ -466,7 +505,7 @@ TEST(HfConfigMoe, Qwen3MoeLayersBySparseStepAndMlpOnlyLayers) {
   // Step 1 and no mlp_only_layers: every layer is MoE.
   const ModelConfig all = parse_model_config(
       with(with(text, R"("decoder_sparse_step": 2)", R"("decoder_sparse_step": 1)"), "[\n    1\n  ]", "[]"), "q");
-  EXPECT_EQ(all.moe_layers, std::vector<bool>(6, true));
+  EXPECT_EQ(moe_layers(all), std::vector<bool>(6, true));
   // No experts: a dense model.
   const ModelConfig dense = parse_model_config(with(text, R"("num_experts": 8)", R"("num_experts": 0)"), "q");
   EXPECT_FALSE(dense.moe);
@@ -479,13 +518,13 @@ TEST(HfConfigMoe, DeepseekMoeLayersByFirstDenseAndFrequency) {
   // Original DeepSeek rule: MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0.
   const ModelConfig freq2 = parse_model_config(
       with(ds, R"("first_k_dense_replace": 1,)", R"("first_k_dense_replace": 1, "moe_layer_freq": 2,)"), "c");
-  EXPECT_EQ(freq2.moe_layers, (std::vector<bool>{false, false, true, false}));
+  EXPECT_EQ(moe_layers(freq2), (std::vector<bool>{false, false, true, false}));
   const ModelConfig dense3 =
       parse_model_config(with(ds, R"("first_k_dense_replace": 1,)", R"("first_k_dense_replace": 3,)"), "c");
-  EXPECT_EQ(dense3.moe_layers, (std::vector<bool>{false, false, false, true}));
+  EXPECT_EQ(moe_layers(dense3), (std::vector<bool>{false, false, false, true}));
   // Absent: DeepseekV3Config's default 3.
   const ModelConfig absent = parse_model_config(with(ds, R"("first_k_dense_replace": 1,)", ""), "c");
-  EXPECT_EQ(absent.moe_layers, (std::vector<bool>{false, false, false, true}));
+  EXPECT_EQ(moe_layers(absent), (std::vector<bool>{false, false, false, true}));
 }
 
 // Thousands of MoE layers of tens of thousands of experts: refused from the config, before any

@@ -13,13 +13,14 @@
 namespace layertap {
 
 namespace {
-std::vector<cpu::Rope> layer_ropes(const ModelConfig& c) {
+std::vector<std::optional<cpu::Rope>> layer_ropes(const ModelConfig& c) {
   const bool interleaved = c.mla ? c.mla->rope_interleave : c.rope_interleave;
   const auto layout = interleaved ? cpu::Rope::Layout::Interleaved : cpu::Rope::Layout::HalfSplit;
-  LT_CHECK(int64_t(c.layer_rope.size()) == c.num_layers, "config holds ", c.layer_rope.size(), " layer ropes for ",
+  LT_CHECK(int64_t(c.layers.size()) == c.num_layers, "config holds ", c.layers.size(), " layer entries for ",
            c.num_layers, " layers");
-  std::vector<cpu::Rope> ropes;
-  for (const RopeConfig& r : c.layer_rope) ropes.emplace_back(r, c.rotary_dim, layout, c.head_dim);
+  std::vector<std::optional<cpu::Rope>> ropes(c.layers.size());
+  for (std::size_t i = 0; i < ropes.size(); ++i)
+    if (c.layers[i].rope) ropes[i].emplace(*c.layers[i].rope, c.rotary_dim, layout, c.head_dim);
   return ropes;
 }
 }  // namespace
@@ -40,7 +41,7 @@ void CpuBackend::attention(int64_t layer, const float* h, const PackedBatch& bat
   const LayerWeights& l = w_.layers[std::size_t(layer)];
   KeptRows& kept = kept_[std::size_t(layer)];
   if (const auto* mla = std::get_if<MlaWeights>(&l.attn))
-    cpu::mla_attention(*c_.mla, *mla, rope_[std::size_t(layer)], h, batch, kept.k, out);
+    cpu::mla_attention(*c_.mla, *mla, rope_[std::size_t(layer)].value(), h, batch, kept.k, out);
   else
     gqa(layer, std::get<AttentionWeights>(l.attn), h, batch, kept, out);
 }
@@ -48,8 +49,8 @@ void CpuBackend::attention(int64_t layer, const float* h, const PackedBatch& bat
 // Grouped-query attention: h [T, H] -> out [T, H], this rank's heads' share of o_proj.
 void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, const PackedBatch& batch,
                      KeptRows& kept, float* out) {
-  const cpu::Rope& rope = rope_[std::size_t(layer)];
-  const int64_t window = c_.sliding_window[std::size_t(layer)];
+  const LayerConfig& spec = c_.layers[std::size_t(layer)];
+  const std::optional<cpu::Rope>& rope = rope_[std::size_t(layer)];
   const int64_t hd = c_.head_dim, T = batch.num_tokens();
   const std::vector<int64_t>& offsets = batch.offsets;
   std::vector<float> q(std::size_t(T * a.q.out)), k(std::size_t(T * a.k.out)), v(std::size_t(T * a.v.out));
@@ -61,9 +62,9 @@ void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, c
     cpu::rms_norm(q.data(), a.q_norm.data(), q.data(), T * a.heads, hd, eps, offset);
     cpu::rms_norm(k.data(), a.k_norm.data(), k.data(), T * a.kv_heads, hd, eps, offset);
   }
-  if (c_.rope_layer[std::size_t(layer)]) {
-    rope.apply(q.data(), a.heads, offsets, batch.first_position);
-    rope.apply(k.data(), a.kv_heads, offsets, batch.first_position);
+  if (rope) {
+    rope->apply(q.data(), a.heads, offsets, batch.first_position);
+    rope->apply(k.data(), a.kv_heads, offsets, batch.first_position);
     if (c_.qk_l2_norm) {  // Llama-4: after RoPE, without a weight
       cpu::rms_norm(q.data(), nullptr, q.data(), T * a.heads, hd, float(c_.rms_norm_eps));
       cpu::rms_norm(k.data(), nullptr, k.data(), T * a.kv_heads, hd, float(c_.rms_norm_eps));
@@ -76,8 +77,8 @@ void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, c
   const cpu::KeyRows values = cpu::with_kept_rows(kept.v, v.data(), batch, a.v.out);
   std::vector<float> ctx(std::size_t(T * a.q.out));  // [T, heads*hd]
   cpu::causal_attention(q.data(), offsets, keys.rows, values.rows, keys.offsets, ctx.data(),
-                        {a.heads, a.kv_heads, hd, hd, c_.attention_scale(), window,
-                         a.sinks.empty() ? nullptr : a.sinks.data(), c_.attention_chunk[std::size_t(layer)]});
+                        {a.heads, a.kv_heads, hd, hd, c_.attention_scale(), spec.window,
+                         a.sinks.empty() ? nullptr : a.sinks.data(), spec.chunk});
   kept.k = cpu::rows_to_keep(keys, batch, a.k.out);
   kept.v = cpu::rows_to_keep(values, batch, a.v.out);
   cpu::linear(ctx.data(), T, a.o, out);  // [T, H] partial sum over this rank's heads

@@ -2,6 +2,7 @@
 // assembled from parts: GQA or MLA attention, dense or MoE FFN.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,7 @@ class CpuBackend final : public Backend {
   ModelConfig c_;
   ModelWeights w_;
   TpComm& comm_;
-  std::vector<cpu::Rope> rope_;  // [L] each layer's (ModelConfig::layer_rope)
+  std::vector<std::optional<cpu::Rope>> rope_;  // [L] each layer's (LayerConfig::rope; nullopt: NoPE)
   std::vector<KeptRows> kept_;  // [L]
   int64_t kept_positions_ = 0;  // positions of the sample in flight kept (0: none)
   std::vector<cpu::Routing> routing_;          // [L] the last forward's choices (empty for dense layers)

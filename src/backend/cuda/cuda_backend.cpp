@@ -98,8 +98,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
       shape_(with_expert_path(rank_shape(config, TpShard{comm.rank(), comm.size(), options.moe_split}, host, ckpt),
                                options)),
       memory_(plan_memory(shape_, options)) {
-  LT_CHECK(int64_t(config_.sliding_window.size()) == shape_.layers, "cuda backend: config has ",
-           config_.sliding_window.size(), " sliding-window entries for ", shape_.layers, " layers");
+  LT_CHECK(int64_t(config_.layers.size()) == shape_.layers, "cuda backend: config has ", config_.layers.size(),
+           " layer entries for ", shape_.layers, " layers");
   LT_CHECK(options_.timeout_s > 0, "cuda backend: timeout_s must be positive");
   if (comm.rank() != 0) options_.max_capture_points = 0;  // only TP rank 0 captures (as plan_memory counts)
   const std::int64_t qk_dim = shape_.mla ? shape_.mla_qk() : shape_.head_dim;
@@ -123,13 +123,16 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
   ws_.emplace(shape_, WorkspaceSize{options_.max_batch_tokens, options_.max_capture_points, max_kept_});
   if (shape_.experts_grouped) grouped_.emplace(*weights_, shape_, ws_->expert_parts);
   // Each layer's frequencies and YaRN factor as the CPU backend's, bit for bit (over the rotary
-  // dims; MLA: the rope dims): (L, hd/2).
+  // dims; MLA: the rope dims): (L, hd/2). A NoPE layer's stay 0 and 1, unread.
   const std::int64_t half = shape_.head_dim / 2;
   std::vector<float> freqs(std::size_t(shape_.layers * half), 0.0f);
+  rope_attention_factor_.assign(std::size_t(shape_.layers), 1.0f);
   for (std::int64_t i = 0; i < shape_.layers; ++i) {
-    const cpu::Rope rope(config_.layer_rope.at(std::size_t(i)), config_.rotary_dim);
+    const std::optional<RopeConfig>& r = config_.layers[std::size_t(i)].rope;
+    if (!r) continue;
+    const cpu::Rope rope(*r, config_.rotary_dim);
     std::copy(rope.inv_freq().begin(), rope.inv_freq().end(), freqs.begin() + i * half);
-    rope_attention_factor_.push_back(rope.attention_factor());
+    rope_attention_factor_[std::size_t(i)] = rope.attention_factor();
   }
   LT_CUDA_CHECK(cudaMemcpy(ws_->inv_freq, freqs.data(), freqs.size() * sizeof(float), cudaMemcpyHostToDevice));
   if (ws_->logit_offset != nullptr)
@@ -220,12 +223,12 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   const cudaStream_t s = compute_.get();
   const Workspace& w = *ws_;
   const DeviceLayer& l = weights_->layers[std::size_t(layer)];
-  const std::int64_t window = config_.sliding_window[std::size_t(layer)];
+  const LayerConfig& spec = config_.layers[std::size_t(layer)];
   const std::int64_t H = shape_.hidden, hd = shape_.head_dim, hq = shape_.heads, hkv = shape_.kv_heads;
   gemm_->linear(w.qkv, w.h, l.qkv.w, l.qkv.b, T, l.qkv.out, l.qkv.in, s);  // (T, (hq + 2 hkv) * hd)
   // Llama-4: RoPE on interleaved pairs then the weightless norm, or a NoPE layer with the temperature.
   using Rotation = kernels::QkRope::Rotation;
-  const bool rope = config_.rope_layer[std::size_t(layer)];
+  const bool rope = spec.rope.has_value();
   const ModelConfig::Temperature& temp = config_.nope_temperature;
   kernels::qk_norm_rope(w.qkv, pos, T, hq, hkv, hd,
                         {.q_norm = l.q_norm,
@@ -247,7 +250,7 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
   kernels::AttentionLayout a = kernels::fused_qkv_layout(w.qkv, hq, hkv, hd, config_.attention_scale());
   a.attended_pairs = attended_pairs_[std::size_t(layer)];
   a.sinks = l.sinks;
-  a.chunk = config_.attention_chunk[std::size_t(layer)];
+  a.chunk = spec.chunk;
   const ChunkRows& c = chunk_;
   const std::int64_t row = 2 * hkv * hd;  // a kept K | V row
   const std::size_t e = sizeof(__nv_bfloat16);
@@ -265,9 +268,9 @@ void CudaBackend::attention_block(std::int64_t layer, std::int64_t T, const std:
     a.key_offset = c.kept;
   }
   if (attention_ == AttentionKernel::Flash) {
-    kernels::attention_flash(w.ctx, a, pos, tiles, num_tiles, T, window, s);  // (T, hq * hd)
+    kernels::attention_flash(w.ctx, a, pos, tiles, num_tiles, T, spec.window, s);  // (T, hq * hd)
   } else {
-    kernels::attention_reference(w.ctx, a, pos, T, window, s);  // (T, hq * hd)
+    kernels::attention_reference(w.ctx, a, pos, T, spec.window, s);  // (T, hq * hd)
   }
   if (c.keep)  // the rows a later chunk of this sample attends to
     LT_CUDA_CHECK(cudaMemcpyAsync(kept + c.keep_at * row, w.keys + (c.kept + c.keep_from) * row,
@@ -542,7 +545,7 @@ std::vector<std::vector<std::byte>> CudaBackend::forward(const PackedBatch& batc
   for (std::int64_t i = 0; i < L; ++i) {
     const std::pair<std::int64_t, std::int64_t> mask =
         shape_.mla ? std::pair<std::int64_t, std::int64_t>{0, 0}
-                   : std::pair{config_.sliding_window[std::size_t(i)], config_.attention_chunk[std::size_t(i)]};
+                   : std::pair{config_.layers[std::size_t(i)].window, config_.layers[std::size_t(i)].chunk};
     auto it = std::find_if(by_mask.begin(), by_mask.end(), [&](const auto& p) { return p.first == mask; });
     if (it == by_mask.end())
       it = by_mask.insert(by_mask.end(), {mask, kernels::count_attended_pairs(batch.offsets, batch.first_position,
