@@ -81,7 +81,9 @@ class GroupLayout {
           EXPECT_EQ(start, at);
           at = start + length;
         }
-        if (!c.spans.empty()) EXPECT_EQ(at, c.out_full);
+        if (!c.spans.empty()) {
+          EXPECT_EQ(at, c.out_full);
+        }
         continue;
       }
       const bool kv = module.ends_with("self_attn.k_proj") || module.ends_with("self_attn.v_proj");
