@@ -180,7 +180,7 @@ void causal_attention(const float* q, const std::vector<int64_t>& q_offsets, con
   LT_CHECK(chunk >= 0, "attention: negative chunk ", chunk);
   // The first key position the query at position p sees: nondecreasing in p, so a block's first
   // row bounds the keys of all its rows.
-  const auto first_key = [window, chunk](int64_t p) {
+  const auto first_key = [window = a.window, chunk = a.chunk](int64_t p) {  // clang 14 captures no bindings
     const int64_t w = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
     return chunk > 0 ? std::max(w, p - p % chunk) : w;
   };
