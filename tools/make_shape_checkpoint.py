@@ -20,7 +20,7 @@ kimi-k2.5 (INT4 experts), deepseek-v3 (FP8, 1 MTP layer), llama-3.1-70b, mixtral
 (mistralai/Mixtral-8x7B-v0.1), glm-4.5 (zai-org/GLM-4.5, 1 MTP layer) and glm-4.5-air
 (zai-org/GLM-4.5-Air, 1 MTP layer), gpt-oss-120b and gpt-oss-20b (openai/gpt-oss-*, MXFP4
 experts), llama-4-scout and llama-4-maverick (meta-llama/Llama-4-*-Instruct's text model, bf16;
-the vision tower left out). With --layers N the MTP layers follow, numbered from N.
+the vision tower left out), gemma-3-1b (google/gemma-3-1b-it, the text-only Gemma-3). With --layers N the MTP layers follow, numbered from N.
 Architectures: Llama, Mistral, Mixtral (block_sparse_moe.experts.E.w1/w2/w3, as its checkpoint
 names them), Qwen2, Qwen3 (dense), Qwen3-MoE, Gemma-3 text (Gemma3ForCausalLM: four norms per layer), Glm4Moe (GLM-4.5/4.6/4.7; float32 correction bias, MTP
 layers of num_nextn_predict_layers), GptOss (sinks, router bias, stacked MXFP4 experts with biases),
@@ -417,6 +417,42 @@ LLAMA4_SCOUT = {
 LLAMA4_MAVERICK = dict(LLAMA4_SCOUT, text_config=dict(
     _LLAMA4_SCOUT_TEXT, num_local_experts=128, interleave_moe_layer_step=2, use_qk_norm=False, rope_scaling=None))
 
+# config.json of google/gemma-3-1b-it, the text-only Gemma-3 (written from memory of the Hub file,
+# cross-checked against transformers' Gemma3TextConfig): 26 layers, 5 sliding (512) to 1 global,
+# one kv head, head_dim 256, tied embeddings.
+GEMMA3_1B = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": None,
+    "bos_token_id": 2,
+    "eos_token_id": [1, 106],
+    "final_logit_softcapping": None,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 1152,
+    "initializer_range": 0.02,
+    "intermediate_size": 6912,
+    "max_position_embeddings": 32768,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 1,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_local_base_freq": 10000,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": 512,
+    "sliding_window_pattern": 6,
+    "tie_word_embeddings": True,  # Gemma3TextConfig's default: no lm_head in the checkpoint
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.50.0.dev0",
+    "use_cache": True,
+    "vocab_size": 262144,
+}
+
 ARCHS = {
     "kimi-k2.5": KIMI_K25,
     "deepseek-v3": DEEPSEEK_V3,
@@ -428,6 +464,7 @@ ARCHS = {
     "gpt-oss-20b": GPT_OSS_20B,
     "llama-4-scout": LLAMA4_SCOUT,
     "llama-4-maverick": LLAMA4_MAVERICK,
+    "gemma-3-1b": GEMMA3_1B,
 }
 
 # ---------------------------------------------------------------- dtypes
