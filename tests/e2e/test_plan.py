@@ -112,6 +112,18 @@ class Plan(unittest.TestCase):
         self.assertIn("NOT enough device memory", small.stdout)
         shutil.rmtree(model)
 
+    def test_gemma_3_1b_plans_at_tp_1_and_2(self):
+        # The text-only Gemma-3 as published (one kv head, replicated at TP 2; tied embeddings).
+        model = self.checkpoint("gemma-3-1b", "--arch", "gemma-3-1b")
+        for tp in (1, 2):
+            with self.subTest(tp=tp):
+                r = self.extract(model, "--gpu-memory", "24", "--calibrate-batches", "0", np_=tp, tp=tp)
+                self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+                lines = self.device_lines(r.stdout)
+                self.assertEqual([v for _, _, v, _ in lines], ["fits"] * tp, r.stdout)
+                self.assertIn("verdict     a real run would start", r.stdout)
+        shutil.rmtree(model)
+
     def test_a_32k_sample_is_planned_in_chunks_on_80_gb_cards(self):
         # Kimi-K2.5 at full width, 4 layers: one sample of 32768 tokens beside short ones runs in
         # chunks of 4096; each rank's plan counts the kept latents and rope keys of the sample in
