@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kBlock)
         out_w[j] = my_w;
       }
       __syncwarp();
-      if (lane == 0) route_softmax_of_picks(out_w, k);
+      if (lane == 0) route_softmax(out_w, k);
       __syncwarp();
       continue;
     }

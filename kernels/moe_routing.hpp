@@ -105,18 +105,19 @@ LT_HD inline float route_weight(const RouteParams& p, float score, float sum) {
   return p.norm_topk_prob ? score / sum : score;
 }
 
-// TopkSoftmax's weights: w (k) holds the chosen logits and becomes their softmax, in float32 as
-// torch computes it (max, exp of the differences, their sum in order, division); the max and the
-// sum skip NaN, as SoftmaxTopk's.
-LT_HD inline void route_softmax_of_picks(float* w, std::int32_t k) {
+// v (n) becomes its softmax in place, in float32 as torch computes it (max, exp of the
+// differences, their sum in order, division). The max and the sum skip NaN, so one NaN value
+// leaves the others' probabilities as they are (its own is NaN, ranked last) instead of turning
+// every one into NaN. SoftmaxTopk over all experts, TopkSoftmax over the chosen logits.
+LT_HD inline void route_softmax(float* v, std::int32_t n) {
   float mx = -INFINITY;
-  for (std::int32_t j = 0; j < k; ++j) mx = w[j] > mx ? w[j] : mx;
+  for (std::int32_t i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
   float sum = 0.0f;
-  for (std::int32_t j = 0; j < k; ++j) {
-    w[j] = route_exp(w[j] - mx);
-    if (!route_isnan(w[j])) sum += w[j];
+  for (std::int32_t i = 0; i < n; ++i) {
+    v[i] = route_exp(v[i] - mx);
+    if (!route_isnan(v[i])) sum += v[i];
   }
-  for (std::int32_t j = 0; j < k; ++j) w[j] /= sum;
+  for (std::int32_t i = 0; i < n; ++i) v[i] /= sum;
 }
 
 // One token. `logits` (E) float32 is overwritten with the scores (sigmoid or softmax
@@ -142,17 +143,8 @@ LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice
     }
   } else if (p.kind == RouteParams::TopkSoftmax || p.kind == RouteParams::TopkSigmoid) {
     choice = logits;  // ranked as they are; the softmax or the sigmoids come after the pick
-  } else {
-    // SoftmaxTopk. The max and the sum skip NaN, so one NaN logit leaves the other probabilities
-    // as they are (its own is NaN, ranked last) instead of turning every one into NaN.
-    float mx = -INFINITY;
-    for (std::int32_t e = 0; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
-    float sum = 0.0f;
-    for (std::int32_t e = 0; e < E; ++e) {
-      logits[e] = route_exp(logits[e] - mx);
-      if (!route_isnan(logits[e])) sum += logits[e];
-    }
-    for (std::int32_t e = 0; e < E; ++e) logits[e] /= sum;
+  } else {  // SoftmaxTopk
+    route_softmax(logits, E);
     choice = logits;  // the probabilities are ranked as they are
   }
   float sum = 0.0f;
@@ -164,7 +156,7 @@ LT_HD inline void route_token(const RouteParams& p, float* logits, float* choice
     sum += weights[j];
   }
   if (p.kind == RouteParams::TopkSoftmax) {
-    route_softmax_of_picks(weights, k);
+    route_softmax(weights, k);
     return;
   }
   for (std::int32_t j = 0; j < k; ++j) weights[j] = route_weight(p, weights[j], sum);

@@ -65,15 +65,8 @@ void route_sigmoid_grouped(const MoeConfig& m, const float* logits, const float*
 // the sum skip NaN (as kernels::route_token): a NaN logit gets a NaN probability, ranked last.
 void route_softmax(const MoeConfig& m, const float* logits, int32_t* experts, float* weights) {
   const int64_t E = m.num_experts, k = m.experts_per_token;
-  std::vector<float> probs(static_cast<std::size_t>(E));
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t e = 0; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
-  float sum = 0.0f;
-  for (int64_t e = 0; e < E; ++e) {
-    probs[std::size_t(e)] = std::exp(logits[e] - mx);
-    if (!kernels::route_isnan(probs[std::size_t(e)])) sum += probs[std::size_t(e)];
-  }
-  for (float& p : probs) p /= sum;
+  std::vector<float> probs(logits, logits + E);
+  kernels::route_softmax(probs.data(), int32_t(E));
   const auto chosen = top_k(probs.data(), E, k);
   float top_sum = 0.0f;
   for (int64_t j = 0; j < k; ++j) {
@@ -84,14 +77,14 @@ void route_softmax(const MoeConfig& m, const float* logits, int32_t* experts, fl
     for (int64_t j = 0; j < k; ++j) weights[j] /= top_sum;
 }
 
-// GPT-OSS for one token: the top-k of the logits, their softmax (kernels::route_softmax_of_picks).
+// GPT-OSS for one token: the top-k of the logits, their softmax (kernels::route_softmax).
 void route_topk_softmax(const MoeConfig& m, const float* logits, int32_t* experts, float* weights) {
   const auto chosen = top_k(logits, m.num_experts, m.experts_per_token);
   for (int64_t j = 0; j < m.experts_per_token; ++j) {
     experts[j] = chosen[std::size_t(j)];
     weights[j] = logits[chosen[std::size_t(j)]];
   }
-  kernels::route_softmax_of_picks(weights, int32_t(m.experts_per_token));
+  kernels::route_softmax(weights, int32_t(m.experts_per_token));
 }
 
 // Llama-4 for one token: the top-k of the logits, each weighted by the sigmoid of its logit.
@@ -129,13 +122,9 @@ void scores_of(const MoeConfig& m, const MoeWeights& w, const float* logits, std
     }
     return;
   }
-  float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
-  for (int64_t e = 0; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
-  for (int64_t e = 0; e < E; ++e) {
-    scores[std::size_t(e)] = std::exp(logits[e] - mx);
-    if (!kernels::route_isnan(scores[std::size_t(e)])) sum += scores[std::size_t(e)];
-  }
-  for (int64_t e = 0; e < E; ++e) choice[std::size_t(e)] = scores[std::size_t(e)] /= sum;
+  scores.assign(logits, logits + E);
+  kernels::route_softmax(scores.data(), int32_t(E));
+  choice = scores;
 }
 
 }  // namespace
@@ -185,7 +174,7 @@ Routing route_given(const MoeConfig& m, const MoeWeights& w, const float* h, int
       sum += wt[j] = of_logits ? lt[et[j]] : scores[std::size_t(et[j])];
     }
     if (m.routing == MoeConfig::Routing::TopkSoftmax) {  // as route_topk_softmax
-      kernels::route_softmax_of_picks(wt, int32_t(k));
+      kernels::route_softmax(wt, int32_t(k));
     } else if (m.routing == MoeConfig::Routing::TopkSigmoid) {  // as route_topk_sigmoid
       for (int64_t j = 0; j < k; ++j) wt[j] = kernels::route_sigmoid(wt[j]);
     } else if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk) {  // as route_sigmoid_grouped
