@@ -278,23 +278,29 @@ void parse_mixtral_moe(const JsonFields& j, ModelConfig& c) {
   check_expert_modules(j, c);
 }
 
-// Which layers are sliding: layer_types ("sliding_attention" / "full_attention"), else every
-// `every`-th layer full (the others sliding).
-std::vector<bool> sliding_layers(const JsonFields& j, int64_t layers, int64_t every) {
-  std::vector<bool> sliding(static_cast<std::size_t>(layers));
-  if (!j.has("layer_types")) {
-    for (int64_t i = 0; i < layers; ++i) sliding[std::size_t(i)] = (i + 1) % every != 0;
-    return sliding;
-  }
+// layer_types, one entry per layer, each `marked` or "full_attention": whether each layer is
+// marked; nullopt when config.json has none.
+std::optional<std::vector<bool>> marked_layers(const JsonFields& j, int64_t layers, const char* marked) {
+  if (!j.has("layer_types")) return std::nullopt;
   const json& types = j.array("layer_types");
   LT_CHECK(int64_t(types.size()) == layers, j.where(), ": layer_types lists ", types.size(), " layers, ",
            "num_hidden_layers is ", layers);
+  std::vector<bool> flags(types.size());
   for (std::size_t i = 0; i < types.size(); ++i) {
     const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
-    LT_CHECK(t == "sliding_attention" || t == "full_attention", j.where(), ": layer_types[", i, "] must be "
-             "'sliding_attention' or 'full_attention'");
-    sliding[i] = t == "sliding_attention";
+    LT_CHECK(t == marked || t == "full_attention", j.where(), ": layer_types[", i, "] must be '", marked,
+             "' or 'full_attention'");
+    flags[i] = t == marked;
   }
+  return flags;
+}
+
+// Which layers are sliding: layer_types ("sliding_attention" / "full_attention"), else every
+// `every`-th layer full (the others sliding).
+std::vector<bool> sliding_layers(const JsonFields& j, int64_t layers, int64_t every) {
+  if (auto sliding = marked_layers(j, layers, "sliding_attention")) return *sliding;
+  std::vector<bool> sliding(static_cast<std::size_t>(layers));
+  for (int64_t i = 0; i < layers; ++i) sliding[std::size_t(i)] = (i + 1) % every != 0;
   return sliding;
 }
 
@@ -384,17 +390,11 @@ void parse_llama4(const JsonFields& j, ModelConfig& c) {
   const int64_t chunk = j.raw().contains("attention_chunk_size") && j.raw()["attention_chunk_size"].is_null()
                             ? 0
                             : j.integer_or("attention_chunk_size", 8192, 1, kMaxPositions);
-  if (j.has("layer_types")) {
-    const json& types = j.array("layer_types");
-    LT_CHECK(int64_t(types.size()) == L, j.where(), ": layer_types lists ", types.size(), " layers, ",
-             "num_hidden_layers is ", L);
-    for (std::size_t i = 0; i < types.size(); ++i) {
-      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
-      LT_CHECK(t == "chunked_attention" || t == "full_attention", j.where(), ": layer_types[", i, "] must be "
-               "'chunked_attention' or 'full_attention'");
-      LT_CHECK(t != "chunked_attention" || chunk > 0, j.where(), ": layer_types[", i, "] is chunked but "
+  if (const auto chunked = marked_layers(j, L, "chunked_attention")) {
+    for (std::size_t i = 0; i < chunked->size(); ++i) {
+      LT_CHECK(!(*chunked)[i] || chunk > 0, j.where(), ": layer_types[", i, "] is chunked but "
                "attention_chunk_size is null");
-      c.layers[i].chunk = t == "chunked_attention" ? chunk : 0;
+      c.layers[i].chunk = (*chunked)[i] ? chunk : 0;
     }
   } else {
     for (LayerConfig& l : c.layers) l.chunk = l.rope ? chunk : 0;
