@@ -170,22 +170,17 @@ def make(ctx, index, model_dir, golden):
         assert torch.equal(ctx.capture_states(loaded.float().eval(), ids), tensors[f"sample{i}.states"]), i
         tensors[f"sample{i}.input_ids"] = ids.to(torch.int32)
     L = model.config.num_hidden_layers
-    layout = (f"sample<i>.states[k]: k<{L} input of decoder layer k; k={L} output of "
-              f"last layer (pre final norm); k={L + 1} after final norm; sample<i>.input_ids int32")
-    save_file(tensors, model_dir / "reference.safetensors", metadata={"layout": layout})
+    ctx.save_reference(model_dir, tensors, L)
 
     margin = router_margins(model, golden)
     assert margin >= MIN_MARGIN, f"{NAME}: routing margin {margin:.3g} < {MIN_MARGIN}"
     checks.append(f"min routing margin {margin:.3g}")
 
     # Each part matters on these samples: removing it changes the longest sample's states.
-    longest = max(range(len(golden)), key=lambda i: len(golden[i]["input_ids"]))
-    ids = torch.tensor(golden[longest]["input_ids"])
-
     def effect(change):
         alt = copy.deepcopy(model)
         change(alt)
-        return (ctx.capture_states(alt, ids) - tensors[f"sample{longest}.states"]).abs().max().item()
+        return ctx.states_diff(alt, golden, tensors)
 
     def zero(names):
         def change(alt):

@@ -110,22 +110,16 @@ def make(ctx, index, model_dir, golden):
         tensors[f"sample{i}.input_ids"] = ids.to(torch.int32)
     checks.append("from_pretrained: every parameter equal, states bit-identical to the in-memory model")
     L = c.num_hidden_layers
-    layout = (f"sample<i>.states[k]: k<{L} input of decoder layer k; k={L} output of "
-              f"last layer (pre final norm); k={L + 1} after final norm; sample<i>.input_ids int32")
-    from safetensors.torch import save_file
-    save_file(tensors, model_dir / "reference.safetensors", metadata={"layout": layout})
+    ctx.save_reference(model_dir, tensors, L)
 
     margin = router_margins(model, golden)
     assert margin >= MIN_MARGIN, f"{NAME}: routing margin {margin:.3g} < {MIN_MARGIN}"
     checks.append(f"min routing margin {margin:.3g}")
 
-    longest = max(range(len(golden)), key=lambda i: len(golden[i]["input_ids"]))
-    ids = torch.tensor(golden[longest]["input_ids"])
-
     def effect(change):
         alt = copy.deepcopy(model)
         change(alt)
-        return (ctx.capture_states(alt, ids) - tensors[f"sample{longest}.states"]).abs().max().item()
+        return ctx.states_diff(alt, golden, tensors)
 
     def no_temperature(alt):
         for layer in alt.model.layers:

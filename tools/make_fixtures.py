@@ -241,6 +241,22 @@ def capture_states(model, input_ids):
     return states
 
 
+def save_reference(model_dir, tensors, n_layers):
+    """reference.safetensors: the golden samples' states [L+2, T, H] and ids, with their layout."""
+    # One metadata key only: safetensors does not keep the order of several, which would make the
+    # file bytes differ between runs.
+    layout = (f"sample<i>.states[k]: k<{n_layers} input of decoder layer k; k={n_layers} output of "
+              f"last layer (pre final norm); k={n_layers + 1} after final norm; sample<i>.input_ids int32")
+    save_file(tensors, model_dir / "reference.safetensors", metadata={"layout": layout})
+
+
+def states_diff(model, golden, tensors):
+    """Largest |difference| from the references over the longest golden sample."""
+    longest = max(range(len(golden)), key=lambda i: len(golden[i]["input_ids"]))
+    return (capture_states(model, torch.tensor(golden[longest]["input_ids"]))
+            - tensors[f"sample{longest}.states"]).abs().max().item()
+
+
 def assert_close(a, b, what, tol=1e-6):
     diff = (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
     assert a.shape == b.shape and diff <= tol, f"{what}: shape {a.shape} vs {b.shape}, max diff {diff}"
@@ -328,12 +344,7 @@ def make_model(name, index, model_dir, golden):
         exact &= torch.equal(states, again)
         tensors[f"sample{i}.states"] = states.contiguous()
         tensors[f"sample{i}.input_ids"] = ids.to(torch.int32)
-    n_layers = loaded.config.num_hidden_layers
-    # One metadata key only: safetensors does not keep the order of several, which would make the
-    # file bytes differ between runs.
-    layout = (f"sample<i>.states[k]: k<{n_layers} input of decoder layer k; k={n_layers} output of "
-              f"last layer (pre final norm); k={n_layers + 1} after final norm; sample<i>.input_ids int32")
-    save_file(tensors, model_dir / "reference.safetensors", metadata={"layout": layout})
+    save_reference(model_dir, tensors, loaded.config.num_hidden_layers)
 
     checks, extra = [f"reloaded==in-memory {'bit-exact' if exact else 'within 1e-6'}"], {}
     if name == "llama3_rope":

@@ -851,13 +851,6 @@ def check_file_layout(on_disk, model, family):
             f"shared_experts; MTP layer non-expert, non-attention keys: {', '.join(mtp)}")
 
 
-def states_diff(ctx, model, golden, tensors):
-    """Largest |difference| from the references over the longest golden sample."""
-    longest = max(range(len(golden)), key=lambda i: len(golden[i]["input_ids"]))
-    return (ctx.capture_states(model, torch.tensor(golden[longest]["input_ids"]))
-            - tensors[f"sample{longest}.states"]).abs().max().item()
-
-
 def mixtral_checks(model, d, golden, tensors, ctx, checks):
     c, extra = model.config, {}
     assert "sliding_window" in d and d["sliding_window"] == c.sliding_window, d.get("sliding_window")
@@ -882,7 +875,7 @@ def mixtral_checks(model, d, golden, tensors, ctx, checks):
         assert not outside, "a key W positions back is attended"
         alt = copy.deepcopy(model)
         alt.config.sliding_window = None
-        diff = states_diff(ctx, alt, golden, tensors)
+        diff = ctx.states_diff(alt, golden, tensors)
         assert diff > 1e-3, diff
         extra["no_window_diff"] = diff
         checks.append(f"sliding window {W}: query {t} reads key {t - W + 1}, not key {t - W}; without the window "
@@ -925,7 +918,7 @@ def glm4_moe_checks(model, d, golden, tensors, ctx, checks):
         alt = copy.deepcopy(model)
         with torch.no_grad():
             change(alt)
-        return states_diff(ctx, alt, golden, tensors)
+        return ctx.states_diff(alt, golden, tensors)
 
     def full_rotary(alt):
         alt.config.rope_parameters = {**rope, "partial_rotary_factor": 1.0}
@@ -1099,9 +1092,7 @@ def make_moe_model(name, index, model_dir, golden, ctx):
     if reference_model is not model:
         checks.append(f"reloaded==in-memory states {'bit-exact' if exact else 'within 1e-6'}")
     L = model.config.num_hidden_layers
-    layout = (f"sample<i>.states[k]: k<{L} input of decoder layer k; k={L} output of "
-              f"last layer (pre final norm); k={L + 1} after final norm; sample<i>.input_ids int32")
-    save_file(tensors, model_dir / "reference.safetensors", metadata={"layout": layout})
+    ctx.save_reference(model_dir, tensors, L)
 
     # ---- routing margins
     rep = routing_report(model, golden, family)
