@@ -102,16 +102,9 @@ std::vector<float> LinearReader::read(const LinearSlice& s) const {
 }
 
 std::vector<float> LinearReader::read_transposed(const LinearSlice& s) const {
-  const TensorInfo& t = ck_.info(s.module);
-  LT_CHECK(t.shape.size() == 3 && t.shape[0] > s.expert && t.shape[1] == s.in_full && t.shape[2] == s.out_full,
-           "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape), ", expert ", s.expert,
-           "'s stacked weight needs [E > ", s.expert, ", ", s.in_full, ", ", s.out_full, "]");
-  LT_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16, "tensor '", t.name, "' in '",
-           t.file, "' has dtype ", dtype_name(t.dtype), ", expected float32, float16 or bfloat16");
-  // Stored rows are inputs: the window's columns; stored columns its rows.
-  const int64_t esize = int64_t(dtype_size(t.dtype)), rows = s.win.rows, cols = s.win.cols;
-  const std::vector<float> stored = read_floats(
-      {&t, s.out_full * esize, s.expert * s.in_full + s.win.col0, cols, s.win.row0 * esize, rows * esize});
+  const int64_t rows = s.win.rows, cols = s.win.cols;
+  const std::vector<float> stored = read_floats(transposed_expert_window(  // [cols, rows]
+      ck_.info(s.module), s.expert, s.out_full, s.in_full, s.win.row0, rows, s.win.col0, cols));
   std::vector<float> dst(std::size_t(rows * cols));  // [rows, cols]
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = 0; r < rows; ++r) dst[std::size_t(r * cols + c)] = stored[std::size_t(c * rows + r)];

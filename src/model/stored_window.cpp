@@ -130,6 +130,17 @@ std::vector<float> read_floats(const StoredWindow& w) {
   return out;
 }
 
+StoredWindow transposed_expert_window(const TensorInfo& t, int64_t expert, int64_t out_full, int64_t in_full,
+                                      int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+  LT_CHECK(t.shape.size() == 3 && t.shape[0] > expert && t.shape[1] == in_full && t.shape[2] == out_full,
+           "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape), ", expert ", expert,
+           "'s stacked weight needs [E > ", expert, ", ", in_full, ", ", out_full, "]");
+  LT_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16, "tensor '", t.name, "' in '",
+           t.file, "' has dtype ", dtype_name(t.dtype), ", expected float32, float16 or bfloat16");
+  const int64_t esize = int64_t(dtype_size(t.dtype));
+  return {&t, out_full * esize, expert * in_full + col0, cols, row0 * esize, rows * esize};
+}
+
 std::uint64_t window_read_calls() { return g_read_calls.load(); }
 
 // Value `i` of rows [r0, ...) of `w` is `v`, which breaks `rule`: says which and where.

@@ -29,6 +29,14 @@ struct StoredWindow {
 // Rows [row0, +rows) x columns [col0, +cols) of a float tensor of shape [out, in] (1-D: [1, in]).
 StoredWindow float_window(const TensorInfo& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols);
 
+// Window `win` ([out, in] coordinates) of expert `expert`'s matrix in `t`, a float tensor stacking
+// every expert's weight as x @ W ([E, in_full, out_full], Llama-4): the stored rows are the window's
+// columns (inputs), the stored columns its rows. Throws naming the tensor when its shape or dtype
+// does not fit. Both backends read Llama-4's experts through it (the CPU transposes after reading,
+// the CUDA loader on the way).
+StoredWindow transposed_expert_window(const TensorInfo& t, int64_t expert, int64_t out_full, int64_t in_full,
+                                      int64_t row0, int64_t rows, int64_t col0, int64_t cols);
+
 // Rows [r0, r0 + rows) of window `w` into `out` (rows x w.width bytes). Throws naming the file and
 // tensor on a read error or when the file ends early.
 void read_window_rows(const StoredWindow& w, int64_t r0, int64_t rows, std::byte* out);

@@ -39,16 +39,10 @@ LoadPlan plan_load(const LocalShape& shape, const Checkpoint& ckpt, const QuantC
       case Placement::Fill::RouterLow:
       case Placement::Fill::Float32: {
         if (p.expert >= 0) {  // a stacked expert's weight, stored x @ W: expert p.expert's [in, out]
+          LT_CHECK(p.transposed, "load plan: ", p.tensor, " expert ", p.expert, " is stacked but not stored x @ W");
           const TensorInfo& t = ckpt.info(p.tensor);
-          LT_CHECK(p.transposed && t.shape.size() == 3 && t.shape[0] > p.expert && t.shape[1] == p.in_full &&
-                       t.shape[2] == p.out_full,
-                   "tensor '", t.name, "' in '", t.file, "' has shape ", shape_str(t.shape), ", expert ", p.expert,
-                   "'s stacked weight needs [E > ", p.expert, ", ", p.in_full, ", ", p.out_full, "]");
-          LT_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16, "tensor '", t.name,
-                   "' in '", t.file, "' has dtype ", dtype_name(t.dtype), ", expected float32, float16 or bfloat16");
-          const std::int64_t es = std::int64_t(dtype_size(t.dtype));
-          c.src = {&t, p.out_full * es, p.expert * p.in_full + p.win.col0, p.win.cols, p.win.row0 * es,
-                   p.win.rows * es};
+          c.src = transposed_expert_window(t, p.expert, p.out_full, p.in_full, p.win.row0, p.win.rows, p.win.col0,
+                                           p.win.cols);
           c.transpose = true;
           c.convert = t.dtype == DType::BF16 ? WeightCopy::Convert::AsStored : WeightCopy::Convert::ToBf16;
           (t.dtype == DType::BF16 ? plan.bf16_bytes : plan.converted_bytes) += p.bytes;
