@@ -34,7 +34,7 @@ from pathlib import Path
 import safetensors
 import torch
 import transformers
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import (
     AutoModelForCausalLM,
     Gemma3ForCausalLM,
@@ -202,10 +202,12 @@ def to_gemma_classic_rope(config_path):
     config_path.write_text(json.dumps(dict(sorted(cfg.items())), indent=2) + "\n")
 
 
-def capture_states(model, input_ids):
+def capture_states(model, input_ids, text=None):
     """Run one sample; return float32 [L+2, T, H]: inputs of layers 0..L-1, output of layer L-1,
-    output of the final norm. Asserts agreement with output_hidden_states where they overlap."""
-    layers = model.model.layers
+    output of the final norm. Asserts agreement with output_hidden_states where they overlap.
+    `text`: the decoder (default model.model; a multimodal wrapper's text model)."""
+    text = model.model if text is None else text
+    layers = text.layers
     n = len(layers)
     captured = {}
 
@@ -222,7 +224,7 @@ def capture_states(model, input_ids):
 
     handles = [layers[k].register_forward_pre_hook(pre_hook(k), with_kwargs=True) for k in range(n)]
     handles.append(layers[n - 1].register_forward_hook(last_layer_hook, with_kwargs=True))
-    handles.append(model.model.norm.register_forward_hook(norm_hook))
+    handles.append(text.norm.register_forward_hook(norm_hook))
     try:
         with torch.no_grad():
             out = model(input_ids=input_ids[None, :], output_hidden_states=True, use_cache=False)
@@ -248,6 +250,11 @@ def save_reference(model_dir, tensors, n_layers):
     layout = (f"sample<i>.states[k]: k<{n_layers} input of decoder layer k; k={n_layers} output of "
               f"last layer (pre final norm); k={n_layers + 1} after final norm; sample<i>.input_ids int32")
     save_file(tensors, model_dir / "reference.safetensors", metadata={"layout": layout})
+
+
+def load_reference(model_dir):
+    """A fixture's reference.safetensors, as save_reference wrote it."""
+    return load_file(model_dir / "reference.safetensors")
 
 
 def states_diff(model, golden, tensors):
@@ -739,22 +746,27 @@ def generate(out):
     gpt_oss = gpt_oss_fixture.make(sys.modules[__name__], 16, out / "models" / gpt_oss_fixture.NAME, golden)
     import llama4_fixture  # Llama-4 text, model number 17
     llama4 = llama4_fixture.make(sys.modules[__name__], 17, out / "models" / llama4_fixture.NAME, golden)
+    import gemma3_wrapper_fixture  # the gemma3 text model in Gemma-3's multimodal wrapper, model number 18
+    wrapper = gemma3_wrapper_fixture.make(sys.modules[__name__], 18, out / "models" / gemma3_wrapper_fixture.NAME,
+                                          golden, out / "models" / gemma3_wrapper_fixture.TEXT_FIXTURE)
 
     (out / "VERSIONS.json").write_text(json.dumps(vers, indent=2) + "\n")
     by_name = {m["name"]: m for m in late}
     write_readme(out, vers, models + late, moe_fixtures.readme_section(moe) + gemma3_section(by_name["gemma3"])
-                 + gpt_oss_fixture.readme_section(gpt_oss) + llama4_fixture.readme_section(llama4))
+                 + gpt_oss_fixture.readme_section(gpt_oss) + llama4_fixture.readme_section(llama4)
+                 + gemma3_wrapper_fixture.readme_section(wrapper))
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out} ({total / 2**20:.2f} MiB)")
 
 
 def generate_only(out, names):
     """generate() in a temporary directory; copy models/<name> of `names`, README.md and VERSIONS.json to `out`."""
+    import gemma3_wrapper_fixture
     import gpt_oss_fixture
     import llama4_fixture
     import moe_fixtures
-    known = list(MODELS) + list(moe_fixtures.MOE_MODELS) + list(LATE_MODELS) + [gpt_oss_fixture.NAME,
-                                                                                 llama4_fixture.NAME]
+    known = list(MODELS) + list(moe_fixtures.MOE_MODELS) + list(LATE_MODELS) + [
+        gpt_oss_fixture.NAME, llama4_fixture.NAME, gemma3_wrapper_fixture.NAME]
     unknown = [n for n in names if n not in known]
     if unknown:
         sys.exit(f"unknown fixture(s) {unknown}; known: {known}")

@@ -20,9 +20,12 @@ kimi-k2.5 (INT4 experts), deepseek-v3 (FP8, 1 MTP layer), llama-3.1-70b, mixtral
 (mistralai/Mixtral-8x7B-v0.1), glm-4.5 (zai-org/GLM-4.5, 1 MTP layer) and glm-4.5-air
 (zai-org/GLM-4.5-Air, 1 MTP layer), gpt-oss-120b and gpt-oss-20b (openai/gpt-oss-*, MXFP4
 experts), llama-4-scout and llama-4-maverick (meta-llama/Llama-4-*-Instruct's text model, bf16;
-the vision tower left out), gemma-3-1b (google/gemma-3-1b-it, the text-only Gemma-3). With --layers N the MTP layers follow, numbered from N.
+the vision tower left out), gemma-3-1b (google/gemma-3-1b-it, the text-only Gemma-3) and gemma-3-27b
+(google/gemma-3-27b-it, the multimodal wrapper). With --layers N the MTP layers follow, numbered from N.
 Architectures: Llama, Mistral, Mixtral (block_sparse_moe.experts.E.w1/w2/w3, as its checkpoint
-names them), Qwen2, Qwen3 (dense), Qwen3-MoE, Gemma-3 text (Gemma3ForCausalLM: four norms per layer), Glm4Moe (GLM-4.5/4.6/4.7; float32 correction bias, MTP
+names them), Qwen2, Qwen3 (dense), Qwen3-MoE, Gemma-3 (Gemma3ForCausalLM: four norms per layer; and
+Gemma3ForConditionalGeneration: its text model under language_model.model., Gemma3TextConfig's defaults for
+the keys its text_config leaves out, a SigLIP vision tower), Glm4Moe (GLM-4.5/4.6/4.7; float32 correction bias, MTP
 layers of num_nextn_predict_layers), GptOss (sinks, router bias, stacked MXFP4 experts with biases),
 Llama4 (Llama4ForCausalLM, and Llama4ForConditionalGeneration's text model under language_model.model.;
 stacked bf16 experts stored x @ W), DeepseekV3 (incl. Kimi-K2 and the MTP layers of
@@ -453,6 +456,48 @@ GEMMA3_1B = {
     "vocab_size": 262144,
 }
 
+# config.json of google/gemma-3-27b-it as published: the multimodal wrapper, whose text_config names
+# only what differs from transformers' Gemma3TextConfig (GEMMA3_TEXT_DEFAULTS fills the rest), and a
+# SigLIP vision tower that layertap never reads.
+GEMMA3_27B = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "boi_token_index": 255999,
+    "eoi_token_index": 256000,
+    "eos_token_id": [1, 106],
+    "image_token_index": 262144,
+    "initializer_range": 0.02,
+    "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {
+        "head_dim": 128,
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "model_type": "gemma3_text",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 62,
+        "num_key_value_heads": 16,
+        "query_pre_attn_scalar": 168,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024,
+    },
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.50.0.dev0",
+    "vision_config": {
+        "hidden_size": 1152,
+        "image_size": 896,
+        "intermediate_size": 4304,
+        "model_type": "siglip_vision_model",
+        "num_attention_heads": 16,
+        "num_hidden_layers": 27,
+        "patch_size": 14,
+        "vision_use_head": False,
+    },
+}
+# transformers' Gemma3TextConfig defaults of the keys that decide tensor shapes.
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "tie_word_embeddings": True}
+
 ARCHS = {
     "kimi-k2.5": KIMI_K25,
     "deepseek-v3": DEEPSEEK_V3,
@@ -465,6 +510,7 @@ ARCHS = {
     "llama-4-scout": LLAMA4_SCOUT,
     "llama-4-maverick": LLAMA4_MAVERICK,
     "gemma-3-1b": GEMMA3_1B,
+    "gemma-3-27b": GEMMA3_27B,
 }
 
 # ---------------------------------------------------------------- dtypes
@@ -605,7 +651,7 @@ def gqa_layer(b, c, p, arch):
     hidden = _req(c, "hidden_size")
     heads = _req(c, "num_attention_heads")
     kv = int(c.get("num_key_value_heads") or heads)
-    hd = int(c.get("head_dim") or (256 if arch == "Gemma3ForCausalLM" else hidden // heads))
+    hd = int(c.get("head_dim") or hidden // heads)
     attn_bias = bool(c.get("attention_bias", arch == "Qwen2ForCausalLM"))
     qkv_bias = attn_bias or arch == "Qwen2ForCausalLM"
     o_bias = attn_bias and arch not in ("Qwen2ForCausalLM", "Glm4MoeForCausalLM")  # GLM: q/k/v biases only
@@ -614,12 +660,12 @@ def gqa_layer(b, c, p, arch):
     b.linear(p + "self_attn.k_proj", kv * hd, hidden, qkv_bias)
     b.linear(p + "self_attn.v_proj", kv * hd, hidden, qkv_bias)
     b.linear(p + "self_attn.o_proj", hidden, heads * hd, o_bias)
-    if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM") or (
+    if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM") + GEMMA3 or (
             arch == "Glm4MoeForCausalLM" and c.get("use_qk_norm")):
         b.norm(p + "self_attn.q_norm", hd)
         b.norm(p + "self_attn.k_norm", hd)
     b.norm(p + "post_attention_layernorm", hidden)
-    if arch == "Gemma3ForCausalLM":  # sandwich norms: around the MLP too
+    if arch in GEMMA3:  # sandwich norms: around the MLP too
         b.norm(p + "pre_feedforward_layernorm", hidden)
         b.norm(p + "post_feedforward_layernorm", hidden)
 
@@ -700,13 +746,13 @@ def deepseek_text(b, c, prefix, lm_head):
     mtp_layers(b, c, prefix, lambda p, i: mla_layer(b, c, p, is_moe(i)))
 
 
-def gqa_text(b, c, arch):
+def gqa_text(b, c, arch, prefix="model.", lm_head="lm_head.weight"):
     hidden, vocab, layers = _req(c, "hidden_size"), _req(c, "vocab_size"), _req(c, "num_hidden_layers")
     inter = _req(c, "intermediate_size")
     mlp_bias = bool(c.get("mlp_bias", False)) and arch == "LlamaForCausalLM"
-    b.plain_tensor("model.embed_tokens.weight", [vocab, hidden])
+    b.plain_tensor(prefix + "embed_tokens.weight", [vocab, hidden])
     for i in range(layers):
-        p = f"model.layers.{i}."
+        p = f"{prefix}layers.{i}."
         gqa_layer(b, c, p, arch)
         moe = False
         if arch == "Qwen3MoeForCausalLM":
@@ -728,9 +774,30 @@ def gqa_text(b, c, arch):
                 b.mlp(f"{p}mlp.experts.{e}", hidden, m_inter)
         else:
             b.mlp(p + "mlp", hidden, inter, mlp_bias)
-    b.norm("model.norm", hidden)
+    b.norm(prefix + "norm", hidden)
     if not c.get("tie_word_embeddings", False):
-        b.plain_tensor("lm_head.weight", [vocab, hidden])
+        b.plain_tensor(lm_head, [vocab, hidden])
+
+
+def siglip(b, v, text_hidden):
+    """Gemma-3's SigLIP vision tower and projector (never read by layertap; here for the totals)."""
+    hidden, inter, layers = _req(v, "hidden_size"), _req(v, "intermediate_size"), _req(v, "num_hidden_layers")
+    patch, image = _req(v, "patch_size"), _req(v, "image_size")
+    p = "vision_tower.vision_model."
+    b.add(p + "embeddings.patch_embedding.weight", b.plain, [hidden, 3, patch, patch])
+    b.add(p + "embeddings.patch_embedding.bias", b.plain, [hidden])
+    b.add(p + "embeddings.position_embedding.weight", b.plain, [(image // patch) ** 2, hidden])
+    for i in range(layers):
+        x = f"{p}encoder.layers.{i}."
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            b.linear(x + "self_attn." + proj, hidden, hidden, bias=True, quantizable=False)
+        b.norm(x + "layer_norm1", hidden, bias=True)
+        b.norm(x + "layer_norm2", hidden, bias=True)
+        b.linear(x + "mlp.fc1", inter, hidden, bias=True, quantizable=False)
+        b.linear(x + "mlp.fc2", hidden, inter, bias=True, quantizable=False)
+    b.norm(p + "post_layernorm", hidden, bias=True)
+    b.add("multi_modal_projector.mm_input_projection_weight", b.plain, [hidden, text_hidden])
+    b.norm("multi_modal_projector.mm_soft_emb_norm", hidden)
 
 
 def gpt_oss_text(b, c):
@@ -841,11 +908,14 @@ def moonvit(b, v, text_hidden):
     b.linear("mm_projector.proj.2", int(v.get("text_hidden_size", text_hidden)), merged, bias=True, quantizable=False)
 
 
+GEMMA3 = ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 GQA_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
              "Qwen3MoeForCausalLM", "Gemma3ForCausalLM")
 SUPPORTED = GQA_ARCHS + ("Glm4MoeForCausalLM", "GptOssForCausalLM", "Llama4ForCausalLM",
-                         "Llama4ForConditionalGeneration", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
-WRAPPERS = ("KimiK25ForConditionalGeneration", "Llama4ForConditionalGeneration")  # text model under text_config
+                         "Llama4ForConditionalGeneration", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration",
+                         "Gemma3ForConditionalGeneration")
+# text model under text_config
+WRAPPERS = ("KimiK25ForConditionalGeneration", "Llama4ForConditionalGeneration", "Gemma3ForConditionalGeneration")
 
 
 def text_config(config):
@@ -863,6 +933,8 @@ def tensor_list(config):
     if arch not in SUPPORTED:
         raise SystemExit(f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED)})")
     c = text_config(config)
+    if arch in GEMMA3:
+        c = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in c.items() if v is not None}}
     qc = config.get("quantization_config") or c.get("quantization_config")
     plain = TORCH_DTYPE.get(c.get("torch_dtype") or c.get("dtype") or config.get("torch_dtype"))
     if plain is None:
@@ -878,6 +950,10 @@ def tensor_list(config):
         llama4_text(b, c, "model.", "lm_head.weight")
     elif arch == "Llama4ForConditionalGeneration":
         llama4_text(b, c, "language_model.model.", "language_model.lm_head.weight")
+    elif arch == "Gemma3ForConditionalGeneration":
+        gqa_text(b, c, arch, "language_model.model.", "language_model.lm_head.weight")
+        if isinstance(config.get("vision_config"), dict):
+            siglip(b, config["vision_config"], _req(c, "hidden_size"))
     elif arch == "DeepseekV3ForCausalLM":
         deepseek_text(b, c, "model.", "lm_head.weight")
     else:

@@ -168,6 +168,16 @@ const char* kLlama4Scout = R"json({
   "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": false}
 })json";
 
+// google/gemma-3-27b-it as published: the multimodal wrapper's text_config names only what differs
+// from Gemma3TextConfig's defaults (vocab 262208, the local rope, one full layer in six).
+const char* kGemma3_27B = R"json({
+  "architectures": ["Gemma3ForConditionalGeneration"], "image_token_index": 262144, "text_config": {
+  "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+  "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
+  "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+  "torch_dtype": "bfloat16"
+})json";
+
 // `json` with its num_hidden_layers replaced by `layers` (> 0).
 std::string with_layers(std::string json, std::int64_t layers) {
   const std::string key = "\"num_hidden_layers\": ";
@@ -181,7 +191,7 @@ std::string with_layers(std::string json, std::int64_t layers) {
 
 std::vector<std::string> synthetic_model_names() {
   return {"llama3-8b", "llama3-70b", "qwen3-8b", "tiny", "kimi-k2.5", "deepseek-v3", "qwen3-30b-a3b", "tiny-moe",
-          "kimi-k2.5-mini", "mixtral-8x7b", "glm-4.5", "gpt-oss-120b", "llama-4-scout"};
+          "kimi-k2.5-mini", "mixtral-8x7b", "glm-4.5", "gpt-oss-120b", "llama-4-scout", "gemma-3-27b"};
 }
 
 ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers) {
@@ -191,7 +201,7 @@ ModelConfig synthetic_model_config(const std::string& name, std::int64_t layers)
       {"tiny", kTiny},                   {"kimi-k2.5", kKimiK25},           {"deepseek-v3", kDeepseekV3},
       {"qwen3-30b-a3b", kQwen3_30B_A3B}, {"tiny-moe", kTinyMoe},            {"kimi-k2.5-mini", kKimiK25Mini},
       {"mixtral-8x7b", kMixtral8x7B},    {"glm-4.5", kGlm45},               {"gpt-oss-120b", kGptOss120B},
-      {"llama-4-scout", kLlama4Scout}};
+      {"llama-4-scout", kLlama4Scout},   {"gemma-3-27b", kGemma3_27B}};
   if (const auto it = json.find(name); it != json.end()) {
     const std::string text = layers > 0 ? with_layers(it->second, layers) : std::string(it->second);
     return parse_model_config(text, "synthetic " + name);

@@ -24,6 +24,24 @@ enum class Bias {
 };
 enum class QkNorm { None, Always, WhenUseQkNorm };  // Qwen3: always; GLM-4.5: `use_qk_norm`
 
+// Defaults of keys that a family's configs may omit, as the family's transformers config class
+// sets them.
+struct TextDefaults {
+  int64_t hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
+      max_position_embeddings;
+  bool tie_word_embeddings;
+};
+// transformers' Gemma3TextConfig (google/gemma-3-4b-it's text_config names only hidden_size,
+// intermediate_size, num_hidden_layers, rope_scaling and sliding_window).
+constexpr TextDefaults kGemma3TextDefaults{.hidden_size = 2304,
+                                           .intermediate_size = 9216,
+                                           .num_hidden_layers = 26,
+                                           .num_attention_heads = 8,
+                                           .num_key_value_heads = 4,
+                                           .vocab_size = 262208,
+                                           .max_position_embeddings = 131072,
+                                           .tie_word_embeddings = true};
+
 // A family is a row of parameters of the shared parts; a family with keys of its own adds a parse
 // function for them (parse_mixtral_moe, parse_gemma3), never math of its own.
 struct Family {
@@ -39,6 +57,9 @@ struct Family {
   // Gemma-3's parameters (parse_gemma3): (1+w) and sandwich norms, GeGLU, scaled embeddings,
   // query_pre_attn_scalar, sliding and full layers by layer_types with a rope each.
   bool gemma3 = false;
+  // The text config class's defaults for the size keys, where the family's published configs
+  // leave them out (Gemma-3's multimodal checkpoints list only what differs); null: required.
+  const TextDefaults* defaults = nullptr;
 };
 
 // The math is chosen by architecture, never by model_type: Moonshot ships Kimi-K2 as
@@ -58,7 +79,10 @@ constexpr Family kFamilies[] = {
     {.architecture = "KimiK25ForConditionalGeneration", .attention = Attention::Mla, .ffn = Ffn::DeepseekMoe,
      .text_config = true, .media_token_key = "media_placeholder_token_id"},
     {.architecture = "Gemma3ForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Dense, .qk_norm = QkNorm::Always,
-     .gemma3 = true},
+     .gemma3 = true, .defaults = &kGemma3TextDefaults},
+    {.architecture = "Gemma3ForConditionalGeneration", .attention = Attention::Gqa, .ffn = Ffn::Dense,
+     .qk_norm = QkNorm::Always, .text_config = true, .media_token_key = "image_token_index", .gemma3 = true,
+     .defaults = &kGemma3TextDefaults},
     {.architecture = "GptOssForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::GptOssMoe},
     {.architecture = "Llama4ForCausalLM", .attention = Attention::Gqa, .ffn = Ffn::Llama4Moe},
     {.architecture = "Llama4ForConditionalGeneration", .attention = Attention::Gqa, .ffn = Ffn::Llama4Moe,
@@ -462,7 +486,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const Family& family = find_family(top, src);
   ModelConfig c;
   c.architecture = family.architecture;
-  // Kimi-K2.5: the text model's config under text_config, its tensors under language_model.
+  // A multimodal wrapper (Kimi-K2.5, Llama-4, Gemma-3): the text model's config under
+  // text_config, its tensors under language_model.
   if (family.text_config) {
     LT_CHECK(top.contains("text_config") && top["text_config"].is_object(), src, ": ", c.architecture,
              " needs a 'text_config' object");
@@ -472,19 +497,25 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                      family.text_config ? src + " (text_config)" : src);
   const JsonFields outer(top, src);
 
-  c.hidden_size = j.integer("hidden_size", 1, kMaxWidth);
-  c.intermediate_size = j.integer("intermediate_size", 1, kMaxWidth);
-  c.num_layers = j.integer("num_hidden_layers", 1, kMaxLayers);
-  c.num_heads = j.integer("num_attention_heads", 1, kMaxHeads);
-  c.num_kv_heads = j.integer_or("num_key_value_heads", c.num_heads, 1, kMaxHeads);
-  c.vocab_size = j.integer("vocab_size", 1, kMaxVocab);
-  c.max_position_embeddings = j.integer_or("max_position_embeddings", 0, 0, kMaxPositions);
+  const TextDefaults* d = family.defaults;
+  // A size key: required, or the family's default when its configs may leave it out.
+  const auto size = [&](const char* key, int64_t TextDefaults::*fallback, int64_t hi) {
+    return d != nullptr ? j.integer_or(key, d->*fallback, 1, hi) : j.integer(key, 1, hi);
+  };
+  c.hidden_size = size("hidden_size", &TextDefaults::hidden_size, kMaxWidth);
+  c.intermediate_size = size("intermediate_size", &TextDefaults::intermediate_size, kMaxWidth);
+  c.num_layers = size("num_hidden_layers", &TextDefaults::num_hidden_layers, kMaxLayers);
+  c.num_heads = size("num_attention_heads", &TextDefaults::num_attention_heads, kMaxHeads);
+  c.num_kv_heads = j.integer_or("num_key_value_heads", d != nullptr ? d->num_key_value_heads : c.num_heads, 1, kMaxHeads);
+  c.vocab_size = size("vocab_size", &TextDefaults::vocab_size, kMaxVocab);
+  c.max_position_embeddings =
+      j.integer_or("max_position_embeddings", d != nullptr ? d->max_position_embeddings : 0, 0, kMaxPositions);
   LT_CHECK(c.num_heads % c.num_kv_heads == 0, j.where(), ": num_attention_heads ", c.num_heads,
            " is not a multiple of num_key_value_heads ", c.num_kv_heads);
   // rms_norm_eps is held in float: 1e300 would become infinity and every norm a no-op.
   c.rms_norm_eps = j.number_or("rms_norm_eps", 1e-6, {0, 0.1, true});
   c.rope = parse_rope(j, c.max_position_embeddings);
-  c.tie_word_embeddings = j.boolean_or("tie_word_embeddings", false);
+  c.tie_word_embeddings = j.boolean_or("tie_word_embeddings", d != nullptr && d->tie_word_embeddings);
   if (!family.gemma3) {
     const std::string act = j.string_or("hidden_act", "silu");
     LT_CHECK(act == "silu", j.where(), ": hidden_act '", excerpt(act), "' is not supported (only silu)");

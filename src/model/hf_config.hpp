@@ -159,9 +159,9 @@ struct ModelConfig {
 
   std::optional<MlaConfig> mla;   // set: every layer's attention is MLA, else GQA
   std::optional<MoeConfig> moe;   // set: the layers marked `moe` in `layers` are MoE
-  std::string tensor_prefix = "model.";  // "language_model.model." for Kimi-K2.5
-  // A multimodal wrapper's media token (Kimi-K2.5's media_placeholder_token_id, Llama-4's
-  // image_token_index): samples holding it are refused.
+  std::string tensor_prefix = "model.";  // "language_model.model." for the multimodal wrappers
+  // A multimodal wrapper's media token (Kimi-K2.5's media_placeholder_token_id, Llama-4's and
+  // Gemma-3's image_token_index): samples holding it are refused.
   int64_t media_placeholder_token_id = -1;
   QuantConfig quant;
 

@@ -21,9 +21,18 @@ inline const std::vector<std::string>& moe_fixtures() {
   return names;
 }
 
+// Multimodal wrappers around a text model that a fixture above already has (same weights, same
+// states): what differs is the config and the tensor names, which the CPU tests and the load plan
+// read; the CUDA backend's forward is the text model's, run on that fixture.
+inline const std::vector<std::string>& wrapper_fixtures() {
+  static const std::vector<std::string> names{"gemma3_wrapper"};
+  return names;
+}
+
 inline std::vector<std::string> all_fixtures() {
   std::vector<std::string> all = dense_fixtures();
   all.insert(all.end(), moe_fixtures().begin(), moe_fixtures().end());
+  all.insert(all.end(), wrapper_fixtures().begin(), wrapper_fixtures().end());
   return all;
 }
 

@@ -112,8 +112,8 @@ class Plan(unittest.TestCase):
         self.assertIn("NOT enough device memory", small.stdout)
         shutil.rmtree(model)
 
-    def test_gemma_3_1b_plans_at_tp_1_and_2(self):
-        # The text-only Gemma-3 as published (one kv head, replicated at TP 2; tied embeddings).
+    def test_gemma_3_plans(self):
+        # The text-only gemma-3-1b as published (one kv head, replicated at TP 2; tied embeddings).
         model = self.checkpoint("gemma-3-1b", "--arch", "gemma-3-1b")
         for tp in (1, 2):
             with self.subTest(tp=tp):
@@ -122,6 +122,18 @@ class Plan(unittest.TestCase):
                 lines = self.device_lines(r.stdout)
                 self.assertEqual([v for _, _, v, _ in lines], ["fits"] * tp, r.stdout)
                 self.assertIn("verdict     a real run would start", r.stdout)
+        shutil.rmtree(model)
+        # gemma-3-27b-it as published (the multimodal wrapper; its text_config leaves most keys to
+        # Gemma3TextConfig's defaults): 62 layers, vocab 262208, fits 80 GiB cards at TP 2 (26.5 GiB
+        # of weights per rank), refused on 24 GiB cards.
+        model = self.checkpoint("gemma-3-27b", "--arch", "gemma-3-27b")
+        r = self.extract(model, "--gpu-memory", "80", "--calibrate-batches", "0", np_=2, tp=2)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertEqual([v for _, _, v, _ in self.device_lines(r.stdout)], ["fits"] * 2, r.stdout)
+        self.assertEqual(r.stdout.count("weights    26.47 GiB resident (26.47 GiB bf16)"), 2, r.stdout)
+        small = self.extract(model, "--gpu-memory", "24", "--calibrate-batches", "0", np_=2, tp=2)
+        self.assertEqual(small.returncode, 3, small.stdout[-3000:] + small.stderr[-3000:])
+        self.assertIn("NOT enough device memory", small.stdout)
         shutil.rmtree(model)
 
     def test_a_32k_sample_is_planned_in_chunks_on_80_gb_cards(self):

@@ -316,7 +316,7 @@ class ShapeCheckpoint(unittest.TestCase):
                                       ("glm-4.5", 705e9, 725e9, 44691), ("glm-4.5-air", 215e9, 226e9, 18329),
                                       ("gpt-oss-120b", 64e9, 66e9, 687), ("gpt-oss-20b", 13.5e9, 14e9, 459),
                                       ("llama-4-scout", 214e9, 217e9, 579), ("llama-4-maverick", 795e9, 805e9, 507),
-                                      ("gemma-3-1b", 1.9e9, 2.1e9, 340)):
+                                      ("gemma-3-1b", 1.9e9, 2.1e9, 340), ("gemma-3-27b", 54e9, 56e9, 1247)):
             with self.subTest(arch=arch):
                 ck = self.make("--arch", arch)
                 print(f"  {arch}: {ck.logical} bytes = {ck.logical / 1e9:.2f} GB logical, "

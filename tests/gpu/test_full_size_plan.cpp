@@ -109,6 +109,7 @@ int main() {
     layout("glm-4.5", "glm-4.5", 8);
     layout("gpt-oss-120b", "gpt-oss-120b", 8);
     layout("llama-4-scout", "llama-4-scout", 8);
+    layout("gemma-3-27b", "gemma-3-27b", 4);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

@@ -167,6 +167,53 @@ TEST(HfConfig, Gemma3LayersTakeTheirWindowAndRope) {
   }
 }
 
+
+// Gemma-3's multimodal checkpoints (4B, 12B, 27B) as published: the text model under text_config,
+// which names only what differs from Gemma3TextConfig's defaults (heads, kv heads, head_dim,
+// vocab, query_pre_attn_scalar, the local rope and the layer pattern come from them).
+TEST(HfConfig, Gemma3WrapperTakesGemma3TextConfigDefaults) {
+  const std::string gemma_4b = R"({"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+      "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144, "mm_tokens_per_image": 256,
+      "model_type": "gemma3", "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+        "model_type": "gemma3_text", "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024},
+      "torch_dtype": "bfloat16", "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+        "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14}})";
+  const ModelConfig c = parse_model_config(gemma_4b, "c");
+  EXPECT_EQ(c.tensor_prefix, "language_model.model.");
+  EXPECT_EQ(c.media_placeholder_token_id, 262144);
+  EXPECT_EQ(c.hidden_size, 2560);
+  EXPECT_EQ(c.num_layers, 34);
+  EXPECT_EQ(c.num_heads, 8);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.vocab_size, 262208);
+  EXPECT_EQ(c.query_pre_attn_scalar, 256);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.torch_dtype, DType::BF16);
+  EXPECT_EQ(c.norm_weight_offset, 1.0f);
+  EXPECT_TRUE(c.sandwich_norms);
+  std::vector<int64_t> pattern;  // five sliding layers, then a full one
+  for (int64_t i = 0; i < 34; ++i) pattern.push_back((i + 1) % 6 == 0 ? 0 : 1024);
+  EXPECT_EQ(windows(c), pattern);
+  EXPECT_EQ(c.layers[5].rope->type, RopeConfig::Type::Linear);
+  EXPECT_EQ(c.layers[5].rope->theta, 1e6);
+  EXPECT_EQ(c.layers[0].rope->type, RopeConfig::Type::Default);
+  EXPECT_EQ(c.layers[0].rope->theta, 1e4);
+  // 27B: its own head_dim and query_pre_attn_scalar.
+  const ModelConfig big = parse_model_config(
+      with(with(gemma_4b, R"("hidden_size": 2560, "intermediate_size": 10240)",
+                R"("hidden_size": 5376, "intermediate_size": 21504, "head_dim": 128, "query_pre_attn_scalar": 168,
+                   "num_attention_heads": 32, "num_key_value_heads": 16)"),
+           R"("num_hidden_layers": 34)", R"("num_hidden_layers": 62)"),
+      "c");
+  EXPECT_EQ(big.head_dim, 128);
+  EXPECT_EQ(big.num_heads, 32);
+  EXPECT_EQ(big.num_kv_heads, 16);
+  EXPECT_FLOAT_EQ(big.attention_scale(), float(std::pow(168.0, -0.5)));
+  // The wrapper without its text model is refused.
+  EXPECT_TRUE(has(error_of(R"({"architectures": ["Gemma3ForConditionalGeneration"]})"), "needs a 'text_config'"));
+}
 // Mixtral: every layer MoE, experts of intermediate_size, softmax top-k renormalised, the window
 // on every layer, tensors under block_sparse_moe with w1/w3/w2.
 TEST(HfConfigMoe, MixtralIsARowOfParameters) {
