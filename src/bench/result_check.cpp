@@ -118,6 +118,7 @@ class RandomSlices {
     return v;
   }
 
+  // map_layer's mapper (model/layer_parts.hpp) from Slices to HostTensors.
   Linear linear(const LinearSlice& s) const {
     Linear l;
     l.out = s.rows();
@@ -126,51 +127,20 @@ class RandomSlices {
     if (s.bias) l.b = values(s.module + ".bias", s.bias_values(), 0.0f, 0.1f);
     return l;
   }
-  Linear linear(const std::optional<LinearSlice>& s) const { return s ? linear(*s) : Linear{}; }
-  std::vector<float> norm(const VectorSlice& v) const { return values(v.tensor, v.size, 1.0f, 0.1f); }
-  std::vector<float> norm(const std::optional<VectorSlice>& v) const { return v ? norm(*v) : std::vector<float>{}; }
-  MlpWeights mlp(const MlpSlices& m) const { return {linear(m.gate), linear(m.up), linear(m.down)}; }
-
-  AttentionWeights gqa(const GqaSlices& s) const {
-    AttentionWeights a;
-    a.heads = s.heads;
-    a.kv_heads = s.kv_heads;
-    a.q = linear(s.q);
-    a.k = linear(s.k);
-    a.v = linear(s.v);
-    a.o = linear(s.o);
-    a.q_norm = norm(s.q_norm);
-    a.k_norm = norm(s.k_norm);
-    return a;
+  Linear router(const LinearSlice& s) const { return linear(s); }
+  // Norm weights (and GPT-OSS's sink logits) 1 +- 0.1; DeepSeek's correction bias, added to
+  // sigmoid scores in [0, 1], +-0.01.
+  std::vector<float> vector(const VectorSlice& v) const {
+    return v.tensor.ends_with(".e_score_correction_bias") ? values(v.tensor, v.size, 0.0f, 0.01f)
+                                                            : values(v.tensor, v.size, 1.0f, 0.1f);
   }
-
-  MlaWeights mla(const MlaSlices& s) const {
-    MlaWeights a;
-    a.heads = s.heads;
-    a.q = linear(s.q);
-    a.q_a = linear(s.q_a);
-    a.q_a_norm = norm(s.q_a_norm);
-    a.q_b = linear(s.q_b);
-    a.kv_a = linear(s.kv_a);
-    a.kv_a_norm = norm(s.kv_a_norm);
-    a.kv_b = linear(s.kv_b);
-    a.o = linear(s.o);
-    return a;
-  }
-
-  MoeWeights moe(const MoeSlices& s, std::int64_t hidden) const {
-    MoeWeights w;
-    w.router.out = s.experts;
-    w.router.in = hidden;
-    w.router.w = values(s.router, s.experts * hidden, 0.0f, std::sqrt(3.0f / float(hidden)));
-    if (s.score_bias) w.score_bias = values(*s.score_bias, s.experts, 0.0f, 0.01f);
-    w.first_expert = s.first_expert;
-    for (const MlpSlices& x : s.routed) w.experts.push_back(mlp(x));
-    if (s.shared) {
-      w.has_shared = true;
-      w.shared = mlp(*s.shared);
-    }
-    return w;
+  MlpWeights mlp(const MlpSlices& m) const {
+    if (!interleaved(m)) return map_mlp<HostTensors>(m, *this);
+    // GPT-OSS's interleaved gate/up as the host holds it: two Linears of half its rows each.
+    LinearSlice gate = m.gate, up = m.gate;
+    gate.win.rows = up.win.rows = m.gate.win.rows / 2;
+    up.module += "/up";  // a random stream of its own
+    return {linear(gate), linear(up), linear(m.down)};
   }
 
  private:
@@ -237,21 +207,10 @@ ModelWeights reference_weights(const ModelConfig& c, const TpShard& shard, std::
   const ModelSlices top = model_slices(c);
   ModelWeights m;
   m.embed = random.values(top.embed, c.vocab_size * c.hidden_size, 0.0f, 1.0f);
-  m.final_norm = random.norm(top.final_norm);
+  m.final_norm = random.vector(top.final_norm);
   m.layers.resize(std::size_t(c.num_layers));
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
-    const LayerSlices ls = layer_slices(c, shard, i);
-    LayerWeights& l = m.layers[std::size_t(i)];
-    l.input_norm = random.norm(ls.input_norm);
-    l.pre_ffn_norm = random.norm(ls.pre_ffn_norm);
-    if (const auto* g = std::get_if<GqaSlices>(&ls.attn))
-      l.attn = random.gqa(*g);
-    else
-      l.attn = random.mla(std::get<MlaSlices>(ls.attn));
-    if (const auto* d = std::get_if<MlpSlices>(&ls.ffn))
-      l.ffn = random.mlp(*d);
-    else
-      l.ffn = random.moe(std::get<MoeSlices>(ls.ffn), c.hidden_size);
+    m.layers[std::size_t(i)] = map_layer<HostTensors>(layer_slices(c, shard, i), random);
   }
   return m;
 }

@@ -114,11 +114,10 @@ MoeSlices moe(const ModelConfig& c, const TpShard& s, const std::string& p) {
   const MoeConfig& m = *c.moe;
   const std::string block = p + m.names.block;
   MoeSlices e;
-  e.router = block + m.names.router + ".weight";
-  if (m.router_bias) e.router_bias = block + m.names.router + ".bias";
+  e.router = whole(block + m.names.router, m.num_experts, c.hidden_size, m.router_bias);
   e.experts = m.num_experts;
   // Required, never defaulted: a checkpoint without it would route with a zero bias silently.
-  if (m.score_bias) e.score_bias = block + m.names.router + ".e_score_correction_bias";
+  if (m.score_bias) e.score_bias = VectorSlice{block + m.names.router + ".e_score_correction_bias", m.num_experts};
   const bool whole_experts = s.moe_split == MoeSplit::Experts;
   const int64_t count = whole_experts ? m.num_experts / s.size : m.num_experts;
   e.first_expert = whole_experts ? s.rank * count : 0;

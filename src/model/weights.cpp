@@ -48,7 +48,8 @@ class SliceCheck {
   const TpShard& s_;
 };
 
-// Reads this rank's slices (rank_layout.hpp) of one model's tensors as float32.
+// Reads this rank's slices (rank_layout.hpp) of one model's tensors as float32: map_layer's mapper
+// (model/layer_parts.hpp) from Slices to HostTensors.
 class ShardLoader {
  public:
   ShardLoader(const Checkpoint& ck, const QuantConfig& quant) : ck_(ck), reader_(ck, quant) {}
@@ -74,12 +75,19 @@ class ShardLoader {
     std::vector<float> all = ck_.read(v.tensor, {v.full_size()});
     return {all.begin() + v.first, all.begin() + v.first + v.size};
   }
-  std::vector<float> vector(const std::optional<VectorSlice>& v) const { return v ? vector(*v) : std::vector<float>{}; }
-  Linear linear(const std::optional<LinearSlice>& s) const { return s ? linear(*s) : Linear{}; }
+  // The router in float32 as stored (never quantized: transformers computes its logits in float32).
+  Linear router(const LinearSlice& s) const {
+    Linear l;
+    l.out = s.out_full;
+    l.in = s.in_full;
+    l.w = ck_.read(s.module + ".weight", {s.out_full, s.in_full});
+    if (s.bias) l.b = ck_.read(s.module + ".bias", {s.out_full});
+    return l;
+  }
 
   // Interleaved gate/up (GPT-OSS) read as stored, then split: gate the even rows, up the odd.
   MlpWeights mlp(const MlpSlices& m) const {
-    if (!m.interleaved()) return {linear(m.gate), linear(m.up), linear(m.down)};
+    if (!interleaved(m)) return map_mlp<HostTensors>(m, *this);
     const Linear both = linear(m.gate);  // [2 I, H]
     MlpWeights w;
     for (int64_t half = 0; half < 2; ++half) {
@@ -93,51 +101,6 @@ class ShardLoader {
         for (int64_t r = 0; r < l.out; ++r) l.b.push_back(both.b[std::size_t(2 * r + half)]);
     }
     w.down = linear(m.down);
-    return w;
-  }
-
-  AttentionWeights gqa(const GqaSlices& s) const {
-    AttentionWeights a;
-    a.heads = s.heads;
-    a.kv_heads = s.kv_heads;
-    a.q = linear(s.q);
-    a.k = linear(s.k);
-    a.v = linear(s.v);
-    a.o = linear(s.o);
-    a.q_norm = vector(s.q_norm);
-    a.k_norm = vector(s.k_norm);
-    a.sinks = vector(s.sinks);
-    return a;
-  }
-
-  MlaWeights mla(const MlaSlices& s) const {
-    MlaWeights a;
-    a.heads = s.heads;
-    a.q_a = linear(s.q_a);
-    a.q_a_norm = vector(s.q_a_norm);
-    a.q_b = linear(s.q_b);
-    a.q = linear(s.q);
-    a.kv_a = linear(s.kv_a);
-    a.kv_a_norm = vector(s.kv_a_norm);
-    a.kv_b = linear(s.kv_b);
-    a.o = linear(s.o);
-    return a;
-  }
-
-  MoeWeights moe(const MoeSlices& s, int64_t hidden) const {
-    MoeWeights w;
-    w.router.out = s.experts;
-    w.router.in = hidden;
-    w.router.w = ck_.read(s.router, {s.experts, hidden});
-    if (s.router_bias) w.router.b = ck_.read(*s.router_bias, {s.experts});
-    if (s.score_bias) w.score_bias = ck_.read(*s.score_bias, {s.experts});
-    w.first_expert = s.first_expert;
-    w.experts.reserve(s.routed.size());
-    for (const MlpSlices& x : s.routed) w.experts.push_back(mlp(x));
-    if (s.shared) {
-      w.has_shared = true;
-      w.shared = mlp(*s.shared);
-    }
     return w;
   }
 
@@ -174,20 +137,7 @@ ModelWeights load_weights(const Checkpoint& ck, const ModelConfig& c, const TpSh
   for (int64_t i = 0; i < c.num_layers; ++i) {
     failpoint("load-layer");
     stop_point("loading the weights");
-    const LayerSlices ls = layer_slices(c, s, i);
-    LayerWeights& l = m.layers[std::size_t(i)];
-    l.input_norm = load.vector(ls.input_norm);
-    l.pre_ffn_norm = load.vector(ls.pre_ffn_norm);
-    l.post_attn_norm = load.vector(ls.post_attn_norm);
-    l.post_ffn_norm = load.vector(ls.post_ffn_norm);
-    if (const auto* g = std::get_if<GqaSlices>(&ls.attn))
-      l.attn = load.gqa(*g);
-    else
-      l.attn = load.mla(std::get<MlaSlices>(ls.attn));
-    if (const auto* d = std::get_if<MlpSlices>(&ls.ffn))
-      l.ffn = load.mlp(*d);
-    else
-      l.ffn = load.moe(std::get<MoeSlices>(ls.ffn), c.hidden_size);
+    m.layers[std::size_t(i)] = map_layer<HostTensors>(layer_slices(c, s, i), load);
   }
   return m;
 }
@@ -204,9 +154,10 @@ int64_t host_weight_bytes(const ModelConfig& c, const TpShard& s) {
     const LayerSlices ls = layer_slices(c, s, i);
     ls.for_each_vector([&](const VectorSlice& v) { n += double(v.size); });
     ls.for_each_linear(linear);
-    if (const auto* e = std::get_if<MoeSlices>(&ls.ffn))
-      n += double(e->experts) * double(c.hidden_size) + (e->score_bias ? double(e->experts) : 0) +
-           (e->router_bias ? double(e->experts) : 0);
+    if (const auto* e = std::get_if<MoeSlices>(&ls.ffn)) {
+      n += double(e->router.out_full) * double(e->router.in_full) + double(e->router.bias_values());
+      if (e->score_bias) n += double(e->score_bias->size);
+    }
   }
   const double bytes = n * double(sizeof(float));
   return bytes < 0x1p62 ? int64_t(bytes) : int64_t(1) << 62;

@@ -3,10 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "model/hf_config.hpp"
+#include "model/layer_parts.hpp"
 #include "model/rank_layout.hpp"
 #include "model/safetensors.hpp"
 
@@ -18,47 +18,17 @@ struct Linear {
   std::vector<float> b;     // [out] or empty
 };
 
-// Grouped-query attention (Llama, Mistral, Qwen2/3, Qwen3-MoE).
-struct AttentionWeights {
-  int64_t heads = 0, kv_heads = 0;  // local counts
-  Linear q, k, v, o;                // q: [heads*hd, H], k/v: [kv_heads*hd, H], o: [H, heads*hd]
-  std::vector<float> q_norm, k_norm;  // [hd] (Qwen3) or empty
-  std::vector<float> sinks;           // [heads] (GPT-OSS) or empty
+// The host's instance of the layer's parts (model/layer_parts.hpp): this rank's slice of every
+// tensor in float32, local shapes. Interleaved gate/up (GPT-OSS) are split into gate and up.
+struct HostTensors {
+  using Linear = layertap::Linear;
+  using Vector = std::vector<float>;
 };
-
-// Multi-head latent attention on this rank's heads (qk = nope + rope dims per head).
-struct MlaWeights {
-  int64_t heads = 0;             // local
-  Linear q;                      // q_lora_rank 0: q_proj [heads*qk, H]
-  Linear q_a;                    // replicated [q_lora, H]
-  std::vector<float> q_a_norm;   // [q_lora]
-  Linear q_b;                    // [heads*qk, q_lora]
-  Linear kv_a;                   // replicated kv_a_proj_with_mqa [kv_lora + rope, H]
-  std::vector<float> kv_a_norm;  // [kv_lora]
-  Linear kv_b;                   // [heads*(nope+v), kv_lora]
-  Linear o;                      // row-parallel [H, heads*v]
-};
-
-struct MlpWeights {
-  Linear gate, up, down;  // gate/up: [I/tp, H], down: [H, I/tp]
-};
-
-struct MoeWeights {
-  Linear router;                  // [E, H] (+ bias [E], GPT-OSS), replicated (float32 logits, as transformers)
-  std::vector<float> score_bias;  // [E] e_score_correction_bias, or empty
-  int64_t first_expert = 0;       // experts[i] is expert first_expert + i
-  std::vector<MlpWeights> experts;  // this rank's experts (whole or intermediate slices)
-  bool has_shared = false;
-  MlpWeights shared;              // shared experts as one MLP, intermediate-sliced
-};
-
-struct LayerWeights {
-  std::vector<float> input_norm;    // [H]
-  std::vector<float> pre_ffn_norm;  // [H]
-  std::vector<float> post_attn_norm, post_ffn_norm;  // [H] sandwich norms (Gemma-3), or empty
-  std::variant<AttentionWeights, MlaWeights> attn;
-  std::variant<MlpWeights, MoeWeights> ffn;
-};
+using GqaWeights = GqaParts<HostTensors>;
+using MlaWeights = MlaParts<HostTensors>;
+using MlpWeights = MlpParts<HostTensors>;
+using MoeWeights = MoeParts<HostTensors>;
+using LayerWeights = LayerParts<HostTensors>;
 
 struct ModelWeights {
   std::vector<float> embed;       // [V, H], replicated

@@ -79,7 +79,7 @@ void fails() {
     check(!e.ok() && e.error > e.bound, cat("reference check fails: ", model, ", ", what, ": ", describe(e)));
   };
   fail("tiny", "head 1 of layer 1 dropped (its o_proj columns zero)", [](ModelWeights& w) {
-    Linear& o = std::get<AttentionWeights>(w.layers[1].attn).o;  // (H, heads * 64)
+    Linear& o = std::get<GqaWeights>(w.layers[1].attn).o;  // (H, heads * 64)
     for (std::int64_t r = 0; r < o.out; ++r) std::fill_n(o.w.begin() + r * o.in + 64, 64, 0.0f);
   });
   fail("tiny", "gate and up exchanged in layer 0", [](ModelWeights& w) {
@@ -88,11 +88,11 @@ void fails() {
   });
   fail("tiny-moe", "experts 2 and 3 exchanged in the MoE layer", [](ModelWeights& w) {
     MoeWeights& m = std::get<MoeWeights>(w.layers[1].ffn);
-    std::swap(m.experts[2], m.experts[3]);
+    std::swap(m.routed[2], m.routed[3]);
   });
   fail("tiny-moe", "the shared expert's down product missing", [](ModelWeights& w) {
     MoeWeights& m = std::get<MoeWeights>(w.layers[1].ffn);
-    std::fill(m.shared.down.w.begin(), m.shared.down.w.end(), 0.0f);
+    std::fill(m.shared->down.w.begin(), m.shared->down.w.end(), 0.0f);
   });
 }
 

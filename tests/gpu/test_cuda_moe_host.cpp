@@ -74,8 +74,8 @@ void routing_case(const std::string& name, const MoeConfig& m, int levels, std::
   w.router.w.assign(std::size_t(E * E), 0.0f);
   for (std::int64_t e = 0; e < E; ++e) w.router.w[std::size_t(e * E + e)] = 1.0f;
   if (m.score_bias) {
-    w.score_bias.resize(std::size_t(E));
-    for (float& b : w.score_bias) b = levels > 0 ? 0.05f * float(level(rng) % 3) : 0.02f * normal(rng);
+    w.score_bias.emplace(std::size_t(E));
+    for (float& b : *w.score_bias) b = levels > 0 ? 0.05f * float(level(rng) % 3) : 0.02f * normal(rng);
   }
   std::vector<float> h(std::size_t(T * E));
   for (float& x : h) x = levels > 0 ? 0.5f * float(level(rng)) - 1.0f : normal(rng);
@@ -87,7 +87,7 @@ void routing_case(const std::string& name, const MoeConfig& m, int levels, std::
   std::vector<std::int32_t> experts(static_cast<std::size_t>(k));
   for (std::int64_t t = 0; t < T; ++t) {
     std::copy(h.begin() + t * E, h.begin() + (t + 1) * E, logits.begin());
-    kernels::route_token(p, logits.data(), choice.data(), m.score_bias ? w.score_bias.data() : nullptr,
+    kernels::route_token(p, logits.data(), choice.data(), m.score_bias ? w.score_bias->data() : nullptr,
                          experts.data(), weights.data());
     for (std::int64_t j = 0; j < k; ++j) {
       expert_diff += experts[std::size_t(j)] != want.experts[std::size_t(t * k + j)];

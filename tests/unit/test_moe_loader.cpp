@@ -83,36 +83,37 @@ TEST(MoeLoader, ExpertParallelHoldsOnlyTheRanksExperts) {
   for (std::size_t layer : {1u, 2u, 3u}) {
     const MoeWeights& f = moe_of(full, layer);
     const MoeWeights& m = moe_of(r1, layer);
-    EXPECT_EQ(f.experts.size(), 16u);
+    EXPECT_EQ(f.routed.size(), 16u);
     EXPECT_EQ(m.first_expert, 8);
-    ASSERT_EQ(m.experts.size(), 8u);
-    for (std::size_t i = 0; i < m.experts.size(); ++i) {  // whole experts 8..15
-      const MlpWeights& e = m.experts[i];
+    ASSERT_EQ(m.routed.size(), 8u);
+    for (std::size_t i = 0; i < m.routed.size(); ++i) {  // whole experts 8..15
+      const MlpWeights& e = m.routed[i];
       EXPECT_EQ(e.gate.out, 32);
       EXPECT_EQ(e.gate.in, 64);
       EXPECT_EQ(e.down.out, 64);
       EXPECT_EQ(e.down.in, 32);
-      EXPECT_EQ(e.gate.w, f.experts[8 + i].gate.w);
-      EXPECT_EQ(e.up.w, f.experts[8 + i].up.w);
-      EXPECT_EQ(e.down.w, f.experts[8 + i].down.w);
+      EXPECT_EQ(e.gate.w, f.routed[8 + i].gate.w);
+      EXPECT_EQ(e.up.w, f.routed[8 + i].up.w);
+      EXPECT_EQ(e.down.w, f.routed[8 + i].down.w);
     }
     // Router and bias replicated; the shared expert sliced along its intermediate size.
     EXPECT_EQ(m.router.w, f.router.w);
-    EXPECT_EQ(m.score_bias.size(), 16u);
+    ASSERT_TRUE(m.score_bias);
+    EXPECT_EQ(m.score_bias->size(), 16u);
     EXPECT_EQ(m.score_bias, f.score_bias);
-    ASSERT_TRUE(m.has_shared);
-    EXPECT_EQ(m.shared.gate.out, 16);
-    EXPECT_EQ(m.shared.gate.w, rows_of(f.shared.gate, 16, 16));
-    EXPECT_EQ(m.shared.down.w, cols_of(f.shared.down, 16, 16));
+    ASSERT_TRUE(m.shared && f.shared);
+    EXPECT_EQ(m.shared->gate.out, 16);
+    EXPECT_EQ(m.shared->gate.w, rows_of(f.shared->gate, 16, 16));
+    EXPECT_EQ(m.shared->down.w, cols_of(f.shared->down, 16, 16));
   }
   // MLA: heads 2..3 on rank 1 (q_b/kv_b rows, o_proj columns); latent projections replicated.
   const MlaWeights& a = mla_of(r1, 1);
   const MlaWeights& fa = mla_of(full, 1);
   EXPECT_EQ(a.heads, 2);
-  EXPECT_EQ(a.q_b.w, rows_of(fa.q_b, 2 * 24, 2 * 24));
+  EXPECT_EQ(a.q_b->w, rows_of(*fa.q_b, 2 * 24, 2 * 24));
   EXPECT_EQ(a.kv_b.w, rows_of(fa.kv_b, 2 * 28, 2 * 28));
   EXPECT_EQ(a.o.w, cols_of(fa.o, 2 * 12, 2 * 12));
-  EXPECT_EQ(a.q_a.w, fa.q_a.w);
+  EXPECT_EQ(a.q_a->w, fa.q_a->w);
   EXPECT_EQ(a.kv_a.w, fa.kv_a.w);
   EXPECT_EQ(a.kv_a.out, 32 + 8);
 }
@@ -124,13 +125,13 @@ TEST(MoeLoader, IntermediateSplitHoldsEveryExpertSliced) {
   const MoeWeights& f = moe_of(full, 2);
   const MoeWeights& m = moe_of(r1, 2);
   EXPECT_EQ(m.first_expert, 0);
-  ASSERT_EQ(m.experts.size(), 16u);
+  ASSERT_EQ(m.routed.size(), 16u);
   for (std::size_t e = 0; e < 16; ++e) {
-    EXPECT_EQ(m.experts[e].gate.out, 16);
-    EXPECT_EQ(m.experts[e].down.in, 16);
-    EXPECT_EQ(m.experts[e].gate.w, rows_of(f.experts[e].gate, 16, 16));
-    EXPECT_EQ(m.experts[e].up.w, rows_of(f.experts[e].up, 16, 16));
-    EXPECT_EQ(m.experts[e].down.w, cols_of(f.experts[e].down, 16, 16));
+    EXPECT_EQ(m.routed[e].gate.out, 16);
+    EXPECT_EQ(m.routed[e].down.in, 16);
+    EXPECT_EQ(m.routed[e].gate.w, rows_of(f.routed[e].gate, 16, 16));
+    EXPECT_EQ(m.routed[e].up.w, rows_of(f.routed[e].up, 16, 16));
+    EXPECT_EQ(m.routed[e].down.w, cols_of(f.routed[e].down, 16, 16));
   }
 }
 
@@ -139,23 +140,23 @@ TEST(MoeLoader, QuantizedSlicesEqualTheFullDecode) {
   // 32-group of down_proj's 64 input columns per rank).
   const ModelWeights fp8_full = load(kModels / "deepseek_v3_fp8", {0, 1, MoeSplit::Intermediate});
   const ModelWeights fp8_r1 = load(kModels / "deepseek_v3_fp8", {1, 2, MoeSplit::Intermediate});
-  EXPECT_EQ(mla_of(fp8_r1, 0).q_b.w, rows_of(mla_of(fp8_full, 0).q_b, 48, 48));
-  EXPECT_EQ(mla_of(fp8_r1, 0).q_a.w, mla_of(fp8_full, 0).q_a.w);  // [36, 72]: partial row blocks
+  EXPECT_EQ(mla_of(fp8_r1, 0).q_b->w, rows_of(*mla_of(fp8_full, 0).q_b, 48, 48));
+  EXPECT_EQ(mla_of(fp8_r1, 0).q_a->w, mla_of(fp8_full, 0).q_a->w);  // [36, 72]: partial row blocks
   EXPECT_EQ(mla_of(fp8_r1, 0).o.w, cols_of(mla_of(fp8_full, 0).o, 16, 16));
-  EXPECT_EQ(moe_of(fp8_r1, 1).experts[5].down.w, cols_of(moe_of(fp8_full, 1).experts[5].down, 16, 16));
+  EXPECT_EQ(moe_of(fp8_r1, 1).routed[5].down.w, cols_of(moe_of(fp8_full, 1).routed[5].down, 16, 16));
 
   const ModelWeights int4_full = load(kModels / "kimi_k25_int4", {0, 1, MoeSplit::Intermediate});
   const ModelWeights int4_r1 = load(kModels / "kimi_k25_int4", {1, 2, MoeSplit::Intermediate});
   const MoeWeights& f = moe_of(int4_full, 1);
   const MoeWeights& m = moe_of(int4_r1, 1);
-  ASSERT_EQ(m.experts.size(), 8u);
-  EXPECT_EQ(m.experts[7].gate.w, rows_of(f.experts[7].gate, 32, 32));
-  EXPECT_EQ(m.experts[7].down.w, cols_of(f.experts[7].down, 32, 32));
+  ASSERT_EQ(m.routed.size(), 8u);
+  EXPECT_EQ(m.routed[7].gate.w, rows_of(f.routed[7].gate, 32, 32));
+  EXPECT_EQ(m.routed[7].down.w, cols_of(f.routed[7].down, 32, 32));
   // Expert parallel: rank 1 of 2 holds experts 4..7 whole.
   const ModelWeights int4_ep = load(kModels / "kimi_k25_int4", {1, 2, MoeSplit::Experts});
   EXPECT_EQ(moe_of(int4_ep, 1).first_expert, 4);
-  ASSERT_EQ(moe_of(int4_ep, 1).experts.size(), 4u);
-  EXPECT_EQ(moe_of(int4_ep, 1).experts[3].down.w, f.experts[7].down.w);
+  ASSERT_EQ(moe_of(int4_ep, 1).routed.size(), 4u);
+  EXPECT_EQ(moe_of(int4_ep, 1).routed[3].down.w, f.routed[7].down.w);
 }
 
 TEST_F(MoeLoaderDamaged, KimiK2MtpLayerAndLmHeadAreNeverRead) {
@@ -174,7 +175,7 @@ TEST_F(MoeLoaderDamaged, KimiK2MtpLayerAndLmHeadAreNeverRead) {
   }
   const ModelWeights w = load(dir, {0, 1, MoeSplit::Experts});
   EXPECT_EQ(w.layers.size(), 4u);
-  EXPECT_EQ(moe_of(w, 3).experts.size(), 12u);
+  EXPECT_EQ(moe_of(w, 3).routed.size(), 12u);
 }
 
 TEST_F(MoeLoaderDamaged, KimiK25VisionTowerAndProjectorAreNeverRead) {
@@ -190,10 +191,10 @@ TEST_F(MoeLoaderDamaged, KimiK25VisionTowerAndProjectorAreNeverRead) {
   write("kimi_k25_int4", t);
   const ModelWeights w = load(dir, {0, 1, MoeSplit::Experts});
   EXPECT_EQ(w.layers.size(), 4u);
-  EXPECT_EQ(moe_of(w, 1).experts.size(), 8u);
+  EXPECT_EQ(moe_of(w, 1).routed.size(), 8u);
   // Same values as the sharded original.
   const ModelWeights original = load(kModels / "kimi_k25_int4", {0, 1, MoeSplit::Experts});
-  EXPECT_EQ(moe_of(w, 2).experts[3].up.w, moe_of(original, 2).experts[3].up.w);
+  EXPECT_EQ(moe_of(w, 2).routed[3].up.w, moe_of(original, 2).routed[3].up.w);
   EXPECT_EQ(w.embed, original.embed);
 }
 

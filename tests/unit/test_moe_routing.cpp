@@ -582,8 +582,7 @@ TEST(MoeFfn, InputWeightedExpertsMatchADirectComputation) {
   std::mt19937_64 rng(71);
   MoeWeights w;
   w.first_expert = 1;
-  w.experts = {random_mlp(rng, H, I), random_mlp(rng, H, I)};  // experts 1 and 2
-  w.has_shared = true;
+  w.routed = {random_mlp(rng, H, I), random_mlp(rng, H, I)};  // experts 1 and 2
   w.shared = random_mlp(rng, H, I);
   cpu::Routing r;
   r.k = k;
@@ -595,7 +594,7 @@ TEST(MoeFfn, InputWeightedExpertsMatchADirectComputation) {
   for (int weighted = 0; weighted < 2; ++weighted)
     for (int64_t t = 0; t < T; ++t) {
       const std::vector<double> ht(h.begin() + t * H, h.begin() + (t + 1) * H);
-      std::vector<double> o = direct_mlp(w.shared, ht);
+      std::vector<double> o = direct_mlp(*w.shared, ht);
       for (int64_t j = 0; j < k; ++j) {
         const int64_t e = r.experts[std::size_t(t * k + j)] - w.first_expert;
         if (e < 0 || e >= 2) continue;
@@ -603,7 +602,7 @@ TEST(MoeFfn, InputWeightedExpertsMatchADirectComputation) {
         std::vector<double> x = ht;
         if (weighted)  // the product in float32, as moe_ffn and transformers form it
           for (int64_t c = 0; c < H; ++c) x[std::size_t(c)] = double(h[std::size_t(t * H + c)] * wt);
-        const std::vector<double> y = direct_mlp(w.experts[std::size_t(e)], x);
+        const std::vector<double> y = direct_mlp(w.routed[std::size_t(e)], x);
         for (int64_t c = 0; c < H; ++c) o[std::size_t(c)] += weighted ? y[std::size_t(c)] : wt * y[std::size_t(c)];
       }
       std::copy(o.begin(), o.end(), want[std::size_t(weighted)].begin() + t * H);

@@ -150,7 +150,7 @@ bool check_group(const ModelConfig& cfg, int size, MoeSplit split) {
           EXPECT_EQ(e->routed[x].gate.module, base + names.gate);
           EXPECT_EQ(e->routed[x].down.module, base + names.down);
           EXPECT_EQ(e->routed[x].gate.expert, stacked ? expert : -1);
-          EXPECT_EQ(e->routed[x].interleaved(), names.experts == MoeTensorNames::Experts::StackedInterleaved);
+          EXPECT_EQ(interleaved(e->routed[x]), names.experts == MoeTensorNames::Experts::StackedInterleaved);
           experts.insert(e->first_expert + int64_t(x));
         }
         expert_slots += int64_t(e->routed.size());

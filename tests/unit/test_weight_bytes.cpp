@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <variant>
 
 #include "core/error.hpp"
@@ -16,21 +17,26 @@ namespace {
 namespace fs = std::filesystem;
 
 std::size_t floats(const Linear& l) { return l.w.size() + l.b.size(); }
+std::size_t floats(const std::vector<float>& v) { return v.size(); }
 std::size_t floats(const MlpWeights& m) { return floats(m.gate) + floats(m.up) + floats(m.down); }
+template <class X>
+std::size_t floats(const std::optional<X>& x) {
+  return x ? floats(*x) : 0;
+}
 
-// Every float the loaded weights hold.
+// Every float the loaded weights hold, field by field.
 int64_t held_bytes(const ModelWeights& w) {
   std::size_t n = w.embed.size() + w.final_norm.size();
   for (const LayerWeights& l : w.layers) {
-    n += l.input_norm.size() + l.pre_ffn_norm.size() + l.post_attn_norm.size() + l.post_ffn_norm.size();
+    n += floats(l.input_norm) + floats(l.pre_ffn_norm) + floats(l.post_attn_norm) + floats(l.post_ffn_norm);
     n += std::visit(
         [](const auto& a) -> std::size_t {
-          if constexpr (std::is_same_v<std::decay_t<decltype(a)>, AttentionWeights>)
-            return floats(a.q) + floats(a.k) + floats(a.v) + floats(a.o) + a.q_norm.size() + a.k_norm.size() +
-                   a.sinks.size();
+          if constexpr (std::is_same_v<std::decay_t<decltype(a)>, GqaWeights>)
+            return floats(a.q) + floats(a.k) + floats(a.v) + floats(a.o) + floats(a.q_norm) + floats(a.k_norm) +
+                   floats(a.sinks);
           else
-            return floats(a.q) + floats(a.q_a) + a.q_a_norm.size() + floats(a.q_b) + floats(a.kv_a) +
-                   a.kv_a_norm.size() + floats(a.kv_b) + floats(a.o);
+            return floats(a.q) + floats(a.q_a) + floats(a.q_a_norm) + floats(a.q_b) + floats(a.kv_a) +
+                   floats(a.kv_a_norm) + floats(a.kv_b) + floats(a.o);
         },
         l.attn);
     n += std::visit(
@@ -38,8 +44,8 @@ int64_t held_bytes(const ModelWeights& w) {
           if constexpr (std::is_same_v<std::decay_t<decltype(f)>, MlpWeights>) {
             return floats(f);
           } else {
-            std::size_t e = floats(f.router) + f.score_bias.size() + (f.has_shared ? floats(f.shared) : 0);
-            for (const MlpWeights& x : f.experts) e += floats(x);
+            std::size_t e = floats(f.router) + floats(f.score_bias) + floats(f.shared);
+            for (const MlpWeights& x : f.routed) e += floats(x);
             return e;
           }
         },

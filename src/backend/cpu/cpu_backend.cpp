@@ -43,11 +43,11 @@ void CpuBackend::attention(int64_t layer, const float* h, const PackedBatch& bat
   if (const auto* mla = std::get_if<MlaWeights>(&l.attn))
     cpu::mla_attention(*c_.mla, *mla, rope_[std::size_t(layer)].value(), h, batch, kept.k, out);
   else
-    gqa(layer, std::get<AttentionWeights>(l.attn), h, batch, kept, out);
+    gqa(layer, std::get<GqaWeights>(l.attn), h, batch, kept, out);
 }
 
 // Grouped-query attention: h [T, H] -> out [T, H], this rank's heads' share of o_proj.
-void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, const PackedBatch& batch,
+void CpuBackend::gqa(int64_t layer, const GqaWeights& a, const float* h, const PackedBatch& batch,
                      KeptRows& kept, float* out) {
   const LayerConfig& spec = c_.layers[std::size_t(layer)];
   const std::optional<cpu::Rope>& rope = rope_[std::size_t(layer)];
@@ -57,10 +57,10 @@ void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, c
   cpu::linear(h, T, a.q, q.data());  // [T, heads*hd]
   cpu::linear(h, T, a.k, k.data());  // [T, kv_heads*hd]
   cpu::linear(h, T, a.v, v.data());  // [T, kv_heads*hd]
-  if (!a.q_norm.empty()) {  // Qwen3, GLM-4.5, Gemma-3: RMSNorm over each head's hd values, before RoPE
+  if (a.q_norm) {  // Qwen3, GLM-4.5, Gemma-3: RMSNorm over each head's hd values, before RoPE
     const float eps = float(c_.rms_norm_eps), offset = c_.norm_weight_offset;
-    cpu::rms_norm(q.data(), a.q_norm.data(), q.data(), T * a.heads, hd, eps, offset);
-    cpu::rms_norm(k.data(), a.k_norm.data(), k.data(), T * a.kv_heads, hd, eps, offset);
+    cpu::rms_norm(q.data(), a.q_norm->data(), q.data(), T * a.heads, hd, eps, offset);
+    cpu::rms_norm(k.data(), a.k_norm->data(), k.data(), T * a.kv_heads, hd, eps, offset);
   }
   if (rope) {
     rope->apply(q.data(), a.heads, offsets, batch.first_position);
@@ -78,7 +78,7 @@ void CpuBackend::gqa(int64_t layer, const AttentionWeights& a, const float* h, c
   std::vector<float> ctx(std::size_t(T * a.q.out));  // [T, heads*hd]
   cpu::causal_attention(q.data(), offsets, keys.rows, values.rows, keys.offsets, ctx.data(),
                         {a.heads, a.kv_heads, hd, hd, c_.attention_scale(), spec.window,
-                         a.sinks.empty() ? nullptr : a.sinks.data(), spec.chunk});
+                         a.sinks ? a.sinks->data() : nullptr, spec.chunk});
   kept.k = cpu::rows_to_keep(keys, batch, a.k.out);
   kept.v = cpu::rows_to_keep(values, batch, a.v.out);
   cpu::linear(ctx.data(), T, a.o, out);  // [T, H] partial sum over this rank's heads
@@ -157,9 +157,9 @@ std::vector<std::vector<std::byte>> CpuBackend::forward(const PackedBatch& batch
   const float eps = float(c_.rms_norm_eps), offset = c_.norm_weight_offset;
   // The end of a sub-layer: delta, this rank's share, summed over the group; normed under
   // sandwich norms (Gemma-3); added to x.
-  const auto residual_add = [&](const std::vector<float>& post_norm) {
+  const auto residual_add = [&](const std::optional<std::vector<float>>& post_norm) {
     comm_.all_reduce_sum(delta.data(), delta.size());
-    if (!post_norm.empty()) cpu::rms_norm(delta.data(), post_norm.data(), delta.data(), T, H, eps, offset);
+    if (post_norm) cpu::rms_norm(delta.data(), post_norm->data(), delta.data(), T, H, eps, offset);
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
   };
   for (int64_t i = 0; i < L; ++i) {

@@ -45,7 +45,7 @@ class CpuBackend final : public Backend {
   // The parts of one decoder layer, each leaving this rank's share of its row-parallel output
   // (forward's loop sums the shares over the group).
   void attention(int64_t layer, const float* h, const PackedBatch& batch, float* out);
-  void gqa(int64_t layer, const AttentionWeights& a, const float* h, const PackedBatch& batch, KeptRows& kept,
+  void gqa(int64_t layer, const GqaWeights& a, const float* h, const PackedBatch& batch, KeptRows& kept,
            float* out);
   void ffn(int64_t layer, const float* h, int64_t T, float* out);
 

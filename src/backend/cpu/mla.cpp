@@ -17,11 +17,11 @@ void mla_attention(const MlaConfig& m, const MlaWeights& w, const Rope& rope, co
   std::vector<float> q = buf(T * nh * qk);
   if (m.q_lora_rank > 0) {
     std::vector<float> qa = buf(T * m.q_lora_rank);  // [T, q_lora]
-    linear(h, T, w.q_a, qa.data());
-    rms_norm(qa.data(), w.q_a_norm.data(), qa.data(), T, m.q_lora_rank, latent_eps);
-    linear(qa.data(), T, w.q_b, q.data());
+    linear(h, T, *w.q_a, qa.data());
+    rms_norm(qa.data(), w.q_a_norm->data(), qa.data(), T, m.q_lora_rank, latent_eps);
+    linear(qa.data(), T, *w.q_b, q.data());
   } else {
-    linear(h, T, w.q, q.data());
+    linear(h, T, *w.q, q.data());
   }
 
   // The compressed kv [T, kvl + rd]: the latent (normed in place) and one rope key shared by all

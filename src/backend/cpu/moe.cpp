@@ -101,8 +101,9 @@ std::vector<float> router_logits(const MoeConfig& m, const MoeWeights& w, const 
   const int64_t E = m.num_experts;
   LT_CHECK(w.router.out == E && w.router.in == H, "MoE router holds [", w.router.out, ", ", w.router.in, "], expected [",
            E, ", ", H, "]");
-  LT_CHECK(m.routing != MoeConfig::Routing::SigmoidGroupedTopk || int64_t(w.score_bias.size()) == E,
-           "MoE layer: e_score_correction_bias holds ", w.score_bias.size(), " values for ", E, " experts");
+  LT_CHECK(m.routing != MoeConfig::Routing::SigmoidGroupedTopk || (w.score_bias && int64_t(w.score_bias->size()) == E),
+           "MoE layer: e_score_correction_bias holds ", w.score_bias ? w.score_bias->size() : 0, " values for ", E,
+           " experts");
   std::vector<float> logits(std::size_t(T * E));
   linear(h, T, w.router, logits.data());
   return logits;
@@ -118,7 +119,7 @@ void scores_of(const MoeConfig& m, const MoeWeights& w, const float* logits, std
   if (m.routing == MoeConfig::Routing::SigmoidGroupedTopk) {
     for (int64_t e = 0; e < E; ++e) {
       scores[std::size_t(e)] = 1.0f / (1.0f + std::exp(-logits[e]));
-      choice[std::size_t(e)] = scores[std::size_t(e)] + w.score_bias[std::size_t(e)];
+      choice[std::size_t(e)] = scores[std::size_t(e)] + (*w.score_bias)[std::size_t(e)];
     }
     return;
   }
@@ -141,7 +142,7 @@ Routing route(const MoeConfig& m, const MoeWeights& w, const float* h, int64_t T
     int32_t* experts = r.experts.data() + t * k;
     float* weights = r.weights.data() + t * k;
     switch (m.routing) {
-      case MoeConfig::Routing::SigmoidGroupedTopk: route_sigmoid_grouped(m, lt, w.score_bias.data(), experts, weights); break;
+      case MoeConfig::Routing::SigmoidGroupedTopk: route_sigmoid_grouped(m, lt, w.score_bias->data(), experts, weights); break;
       case MoeConfig::Routing::SoftmaxTopk: route_softmax(m, lt, experts, weights); break;
       case MoeConfig::Routing::TopkSoftmax: route_topk_softmax(m, lt, experts, weights); break;
       case MoeConfig::Routing::TopkSigmoid: route_topk_sigmoid(m, lt, experts, weights); break;
@@ -216,7 +217,7 @@ std::string implausible_choice(const MoeConfig& m, const MoeWeights& w, const fl
     for (int64_t c = 0; c < H; ++c) h_norm += double(h[t * H + c]) * h[t * H + c];
     h_norm = std::sqrt(h_norm);
     for (int64_t e = 0; e < E; ++e) {
-      value[std::size_t(e)] = sigmoid ? 1.0 / (1.0 + std::exp(-double(lt[e]))) + w.score_bias[std::size_t(e)] : lt[e];
+      value[std::size_t(e)] = sigmoid ? 1.0 / (1.0 + std::exp(-double(lt[e]))) + (*w.score_bias)[std::size_t(e)] : lt[e];
       delta[std::size_t(e)] = slope * spread * h_norm * w_norm[std::size_t(e)];
     }
     // Groups (DeepSeek noaux_tc): ranked by the sum of their top-2 values.
@@ -273,15 +274,15 @@ void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, i
              const GatedActivation& act, bool weight_input) {
   std::fill(out, out + T * H, 0.0f);
   // The (token, weight) pairs routed to each expert this rank holds, in token order.
-  const int64_t held = int64_t(w.experts.size());
-  std::vector<std::vector<std::pair<int64_t, float>>> routed(w.experts.size());
+  const int64_t held = int64_t(w.routed.size());
+  std::vector<std::vector<std::pair<int64_t, float>>> routed(w.routed.size());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < r.k; ++j) {
       const int64_t local = r.experts[std::size_t(t * r.k + j)] - w.first_expert;
       if (local >= 0 && local < held) routed[std::size_t(local)].emplace_back(t, r.weights[std::size_t(t * r.k + j)]);
     }
   std::vector<float> x, y;
-  for (std::size_t i = 0; i < w.experts.size(); ++i) {
+  for (std::size_t i = 0; i < w.routed.size(); ++i) {
     const auto& tokens = routed[i];
     if (tokens.empty()) continue;
     const int64_t n = int64_t(tokens.size());
@@ -296,7 +297,7 @@ void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, i
         std::copy(h + t * H, h + (t + 1) * H, xa);
       }
     }
-    mlp(w.experts[i], x.data(), n, y.data(), act);
+    mlp(w.routed[i], x.data(), n, y.data(), act);
     for (int64_t a = 0; a < n; ++a) {
       const auto [t, weight] = tokens[std::size_t(a)];
       float* o = out + t * H;
@@ -308,9 +309,9 @@ void moe_ffn(const MoeWeights& w, const Routing& r, const float* h, int64_t T, i
       }
     }
   }
-  if (w.has_shared) {
+  if (w.shared) {
     std::vector<float> shared(std::size_t(T * H));
-    mlp(w.shared, h, T, shared.data(), act);
+    mlp(*w.shared, h, T, shared.data(), act);
     for (int64_t i = 0; i < T * H; ++i) out[i] += shared[std::size_t(i)];
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/dtype.hpp"
@@ -211,7 +212,7 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
     }
     // A gated MLP as two Linears: gate rows then up rows (or interleaved as stored), and down.
     const auto mlp = [&](const MlpSlices& m, DeviceLinear& gate_up, DeviceLinear& down) {
-      gate_up = m.interleaved() ? put.linear({&m.gate}) : put.linear({&m.gate, &m.up});
+      gate_up = interleaved(m) ? put.linear({&m.gate}) : put.linear({&m.gate, &m.up});
       down = put.linear({&m.down});
     };
     l.moe = std::holds_alternative<MoeSlices>(ls.ffn);
@@ -220,10 +221,11 @@ void DeviceWeights::place(Arena& res, std::byte* scratch_base, const Sizes& coun
     } else {
       const MoeSlices& m = std::get<MoeSlices>(ls.ffn);
       DeviceMoe& e = l.experts;
-      e.router = rec.matrix(Placement::Fill::RouterHigh, m.router, m.experts, s.hidden);
-      if (s.router_lo) e.router_lo = rec.matrix(Placement::Fill::RouterLow, m.router, m.experts, s.hidden);
-      if (m.score_bias) e.score_bias = rec.float32(*m.score_bias, m.experts);
-      if (m.router_bias) e.router_bias = rec.float32(*m.router_bias, m.experts);
+      const std::string router = m.router.module + ".weight";
+      e.router = rec.matrix(Placement::Fill::RouterHigh, router, m.experts, s.hidden);
+      if (s.router_lo) e.router_lo = rec.matrix(Placement::Fill::RouterLow, router, m.experts, s.hidden);
+      if (m.score_bias) e.score_bias = rec.float32(m.score_bias->tensor, m.experts);
+      if (m.router.bias) e.router_bias = rec.float32(m.router.module + ".bias", m.experts);
       e.gate_up.resize(m.routed.size());
       e.down.resize(m.routed.size());
       const std::int64_t group = s.expert_group > 0 ? s.expert_group : std::int64_t(m.routed.size());
@@ -313,6 +315,10 @@ namespace {
 // Host float32 tensors converted to bf16 and concatenated, then copied to `dst` (in the host image) in one go.
 class Upload {
  public:
+  Upload& add(const std::optional<std::vector<float>>& v, std::int64_t expected, const std::string& name) {
+    LT_CHECK(v.has_value(), "cuda backend: host tensor ", name, " is missing, this rank's shape needs it");
+    return add(*v, expected, name);
+  }
   Upload& add(const std::vector<float>& v, std::int64_t expected, const std::string& name) {
     LT_CHECK(std::int64_t(v.size()) == expected, "cuda backend: host tensor ", name, " holds ", v.size(),
              " values, this rank's shape needs ", expected);
@@ -331,6 +337,12 @@ class Upload {
 void check_bias(const Linear& l, bool expected, const std::string& name) {
   LT_CHECK(l.b.empty() != expected, "cuda backend: ", name, expected ? " lacks the bias" : " has an unexpected bias",
            " this rank's shape implies");
+}
+
+// `l`, which the rank's shape needs (`name` in the error).
+const Linear& needed(const std::optional<Linear>& l, const std::string& name) {
+  LT_CHECK(l.has_value(), "cuda backend: host Linear ", name, " is missing, this rank's shape needs it");
+  return *l;
 }
 
 // A device Linear from host Linears stacked by rows (`names` name them in errors). Packed device
@@ -420,8 +432,8 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
       Upload().add(hl.post_ffn_norm, H, p + "post_feedforward_layernorm").to(dl.post_ffn_norm);
     }
     if (!s.mla) {
-      LT_CHECK(std::holds_alternative<AttentionWeights>(hl.attn), "cuda backend: ", p, "self_attn is not GQA");
-      const AttentionWeights& a = std::get<AttentionWeights>(hl.attn);
+      LT_CHECK(std::holds_alternative<GqaWeights>(hl.attn), "cuda backend: ", p, "self_attn is not GQA");
+      const GqaWeights& a = std::get<GqaWeights>(hl.attn);
       LT_CHECK(a.heads == s.heads && a.kv_heads == s.kv_heads, "cuda backend: ", p, "self_attn holds ", a.heads,
                " query and ", a.kv_heads, " kv heads, this rank's shape ", s.heads, " and ", s.kv_heads);
       if (s.qk_norm) {
@@ -429,9 +441,10 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
         Upload().add(a.k_norm, hd, p + "self_attn.k_norm").to(dl.k_norm);
       }
       if (s.sinks) {
-        LT_CHECK(std::int64_t(a.sinks.size()) == s.heads, "cuda backend: ", p, "self_attn.sinks holds ",
-                 a.sinks.size(), " values for this rank's ", s.heads, " heads");
-        std::memcpy(dl.sinks, a.sinks.data(), a.sinks.size() * 4);
+        const std::size_t n = a.sinks ? a.sinks->size() : 0;
+        LT_CHECK(std::int64_t(n) == s.heads, "cuda backend: ", p, "self_attn.sinks holds ", n,
+                 " values for this rank's ", s.heads, " heads");
+        std::memcpy(dl.sinks, a.sinks->data(), n * 4);
       }
       upload_linear(dl.qkv, {&a.q, &a.k, &a.v},
                     {p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"}, s.qkv_bias);
@@ -443,11 +456,11 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
                s.heads);
       const DeviceMla& d = dl.mla;
       if (s.q_lora > 0) {
-        upload_linear(d.q_a, {&a.q_a}, {p + "self_attn.q_a_proj"}, s.mla_bias);
+        upload_linear(d.q_a, {&needed(a.q_a, p + "self_attn.q_a_proj")}, {p + "self_attn.q_a_proj"}, s.mla_bias);
         Upload().add(a.q_a_norm, s.q_lora, p + "self_attn.q_a_layernorm").to(d.q_a_norm);
-        upload_linear(d.q_b, {&a.q_b}, {p + "self_attn.q_b_proj"}, false);
+        upload_linear(d.q_b, {&needed(a.q_b, p + "self_attn.q_b_proj")}, {p + "self_attn.q_b_proj"}, false);
       } else {
-        upload_linear(d.q, {&a.q}, {p + "self_attn.q_proj"}, false);
+        upload_linear(d.q, {&needed(a.q, p + "self_attn.q_proj")}, {p + "self_attn.q_proj"}, false);
       }
       upload_linear(d.kv_a, {&a.kv_a}, {p + "self_attn.kv_a_proj_with_mqa"}, s.mla_bias);
       Upload().add(a.kv_a_norm, s.kv_lora, p + "self_attn.kv_a_layernorm").to(d.kv_a_norm);
@@ -463,11 +476,11 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
       const DeviceMoe& d = dl.experts;
       LT_CHECK(m.router.out == s.experts && m.router.in == H, "cuda backend: ", p, "mlp.gate holds [", m.router.out,
                ", ", m.router.in, "], expected [", s.experts, ", ", H, "]");
-      LT_CHECK(std::int64_t(m.experts.size()) == s.local_experts && m.first_expert == s.first_expert,
-               "cuda backend: ", p, "mlp holds experts ", m.first_expert, "..+", m.experts.size(),
+      LT_CHECK(std::int64_t(m.routed.size()) == s.local_experts && m.first_expert == s.first_expert,
+               "cuda backend: ", p, "mlp holds experts ", m.first_expert, "..+", m.routed.size(),
                ", this rank's shape ", s.first_expert, "..+", s.local_experts);
-      LT_CHECK(m.has_shared == (s.shared_inter > 0), "cuda backend: ", p, "mlp.shared_experts ",
-               m.has_shared ? "present" : "missing", " against the config");
+      LT_CHECK(m.shared.has_value() == (s.shared_inter > 0), "cuda backend: ", p, "mlp.shared_experts ",
+               m.shared ? "present" : "missing", " against the config");
       // The router as bf16(w), plus bf16(w - bf16(w)) where w is not a bf16 value (see DeviceMoe).
       std::vector<std::uint16_t> hi(m.router.w.size()), lo(m.router.w.size());
       for (std::size_t k = 0; k < hi.size(); ++k) {
@@ -477,9 +490,10 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
       std::memcpy(static_cast<void*>(d.router), hi.data(), hi.size() * 2);
       if (d.router_lo != nullptr) std::memcpy(static_cast<void*>(d.router_lo), lo.data(), lo.size() * 2);
       if (s.score_bias) {
-        LT_CHECK(std::int64_t(m.score_bias.size()) == s.experts, "cuda backend: ", p,
-                 "mlp.gate.e_score_correction_bias holds ", m.score_bias.size(), " values for ", s.experts, " experts");
-        std::memcpy(d.score_bias, m.score_bias.data(), m.score_bias.size() * 4);
+        const std::size_t n = m.score_bias ? m.score_bias->size() : 0;
+        LT_CHECK(std::int64_t(n) == s.experts, "cuda backend: ", p, "mlp.gate.e_score_correction_bias holds ", n,
+                 " values for ", s.experts, " experts");
+        std::memcpy(d.score_bias, m.score_bias->data(), n * 4);
       }
       if (s.router_bias) {
         LT_CHECK(std::int64_t(m.router.b.size()) == s.experts, "cuda backend: ", p, "mlp.router.bias holds ",
@@ -488,10 +502,11 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
       }
       // GPT-OSS's experts carry biases: gate/up's on every rank, down's where the layout puts it.
       for (std::int64_t x = 0; x < s.local_experts; ++x)
-        upload_mlp(d.gate_up[std::size_t(x)], d.down[std::size_t(x)], m.experts[std::size_t(x)],
+        upload_mlp(d.gate_up[std::size_t(x)], d.down[std::size_t(x)], m.routed[std::size_t(x)],
                    cat(p, "mlp.experts.", s.first_expert + x, "."), d.gate_up[std::size_t(x)].b != nullptr,
                    d.down[std::size_t(x)].b != nullptr, s.experts_interleaved);
-      if (s.shared_inter > 0) upload_mlp(d.shared_gate_up, d.shared_down, m.shared, p + "mlp.shared_experts.", false, false);
+      if (s.shared_inter > 0)
+        upload_mlp(d.shared_gate_up, d.shared_down, *m.shared, p + "mlp.shared_experts.", false, false);
     }
     // Packed Linears: the checkpoint's bytes of this rank's window.
     for (const PackedPiece& pc : dl.packed) {

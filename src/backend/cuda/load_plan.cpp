@@ -96,7 +96,7 @@ LocalShape checkpoint_shape(const ModelConfig& config, const TpShard& shard, con
   LocalShape s = LocalShape::of(config, shard, PackedSource::Checkpoint, &ckpt);
   for (std::int64_t i = 0; i < s.layers && !s.router_lo; ++i) {
     if (!s.moe_layer[std::size_t(i)]) continue;
-    const std::string name = std::get<MoeSlices>(s.layer_slices(i).ffn).router;
+    const std::string name = std::get<MoeSlices>(s.layer_slices(i).ffn).router.module + ".weight";
     if (ckpt.info(name).dtype == DType::BF16) continue;
     for (const float v : ckpt.read(name, {s.experts, s.hidden})) s.router_lo |= bf16_to_float(float_to_bf16(v)) != v;
   }

@@ -129,14 +129,14 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
     const LayerSlices ls = i == 0 ? first : l.layer_slices(i);
     if (const auto* d = std::get_if<MlpSlices>(&ls.ffn)) {
       dense_seen = true;
-      l.inter = d->intermediate();
+      l.inter = intermediate(*d);
       l.down_bias = d->down.bias;
     } else {
       moe_seen = true;
       const MoeSlices& e = std::get<MoeSlices>(ls.ffn);
       l.local_experts = std::int64_t(e.routed.size());
       l.first_expert = e.first_expert;
-      l.expert_inter = e.routed.empty() ? 0 : e.routed.front().intermediate();
+      l.expert_inter = e.routed.empty() ? 0 : intermediate(e.routed.front());
       l.shared_inter = e.shared ? e.shared->gate.rows() : 0;
     }
   }
