@@ -1,6 +1,6 @@
 // kernels/rmsnorm.cu against a CPU reference written with Hugging Face's rounding order, on
 // seeded random inputs at sizes that are and are not multiples of the block size, with guard
-// regions around every buffer the kernel writes. Exit 77 (skipped) without a GPU.
+// regions around every buffer the kernel writes. Rows: op_cases.cpp.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "gpu_test.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/rmsnorm.cuh"
+#include "op_table.hpp"
 
 namespace {
 
@@ -131,12 +132,7 @@ std::vector<bf16_bits> payload_and_guards(const DeviceBuffer& buf, const char* n
 // ---------------------------------------------------------------------------------------------
 // One case.
 
-struct Case {
-  std::int64_t N, C;
-  bool add;         // pass x (otherwise x = nullptr: plain RMSNorm of the residual)
-  bool out_is_x;    // write the output over x (allowed aliasing)
-  float eps;
-};
+using Case = layertap::gpu_test::ops::Rmsnorm;
 
 std::vector<bf16_bits> random_bf16(std::mt19937_64& rng, std::int64_t N, std::int64_t C, bool row_scales) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -246,19 +242,6 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   return compare(c, in, ref, got_res, got_out, failures);
 }
 
-// The cases the GPU runs (seeded: same inputs on every run).
-std::vector<Case> cases() {
-  std::vector<Case> v;
-  for (const std::int64_t N : {1, 3, 257}) {
-    for (const std::int64_t C : {1, 7, 72, 256, 4096, 5120 + 3}) v.push_back({N, C, true, false, 1e-6f});
-  }
-  v.push_back({257, 4096, false, false, 1e-5f});  // no add: plain RMSNorm, residual untouched
-  v.push_back({3, 5123, false, false, 1e-6f});
-  v.push_back({257, 5123, true, true, 1e-6f});    // out aliases x
-  v.push_back({70000, 72, true, false, 1e-6f});   // more rows than the launcher's grid
-  return v;
-}
-
 // Argument checks: no device needed (they throw before any CUDA call).
 int check_argument_errors() {
   int failures = 0;
@@ -282,11 +265,9 @@ int check_argument_errors() {
 
 }  // namespace
 
-int main() {
-  return layertap::gpu_test::run_kernel_test(check_argument_errors(), [](cudaStream_t stream) {
-    int failures = 0;
-    std::uint64_t seed = 20240601;
-    for (const Case& c : cases()) failures += run_case(c, seed++, stream);
-    return failures;
-  });
-}
+namespace layertap::gpu_test::ops {
+
+int run(const Rmsnorm& c, std::uint64_t seed, cudaStream_t stream) { return run_case(c, seed, stream); }
+int rmsnorm_host_checks() { return check_argument_errors(); }
+
+}  // namespace layertap::gpu_test::ops
