@@ -17,10 +17,13 @@
 // key moves outputs by ~v_max / n (> 3e-3 v_max for the n <= 300 keys here; chunks see fewer):
 // far outside.
 // Sinks only add mass without value to the denominators, so every term above keeps its bound.
+// A scale other than 1/sqrt(hd) (Gemma-3's query_pre_attn_scalar^-0.5, within 15% of it in the
+// rows) keeps the scores of the same order: the same bound.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -42,6 +45,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   std::vector<std::int64_t> offsets{0};
   for (const std::int64_t n : c.lengths) offsets.push_back(offsets.back() + n);
   const std::int64_t T = offsets.back(), P = c.kept, hd = c.hd, qd = c.hq * hd, kd = c.hkv * hd, row = qd + 2 * kd;
+  const float scale = c.scale != 0.0f ? c.scale : 1.0f / std::sqrt(float(hd));
   std::mt19937_64 rng(seed);
   // Scores q.k / sqrt(hd) of order 1..3: softmax neither uniform nor one-hot. Rows (P + T, (hq +
   // 2hkv) hd): the kept rows' keys and values, then the batch's fused projection; the kept rows'
@@ -76,7 +80,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   std::vector<std::int64_t> kv_offsets{0};
   for (std::size_t s = 1; s < offsets.size(); ++s) kv_offsets.push_back(offsets[s] + P);
   layertap::cpu::causal_attention(q.data(), offsets, k.data(), v.data(), kv_offsets, ref.data(),
-                                  {c.hq, c.hkv, hd, hd, 1.0f / std::sqrt(float(hd)), c.window,
+                                  {c.hq, c.hkv, hd, hd, scale, c.window,
                                    c.sinks ? sinks.data() : nullptr, c.chunk});
 
   Guarded<bf16_bits> d_qkv((P + T) * row), d_ctx(T * qd);
@@ -92,18 +96,20 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   const std::int64_t pairs = kernels::count_attended_pairs(offsets, P, c.window, c.chunk);  // the stated work
   int fails = 0;
   for (const bool flash : {false, true}) {
-    char name[160];
+    char name[180];
     std::snprintf(name, sizeof name,
                   "%-9s T=%-4lld S=%zu hq=%lld hkv=%lld hd=%-3lld window=%lld kept=%lld chunk=%lld%s",
                   flash ? "flash" : "reference", (long long)T, c.lengths.size(), (long long)c.hq, (long long)c.hkv,
                   (long long)hd, (long long)c.window, (long long)P, (long long)c.chunk, c.sinks ? " sinks" : "");
+    if (c.scale != 0.0f)
+      std::snprintf(name + std::strlen(name), sizeof name - std::strlen(name), " scale=%.4f", double(c.scale));
     if (flash && !kernels::flash_attention_supported(hd)) {
       std::printf("skip %s (flash: head_dim 64 or 128 on sm_80+ only)\n", name);
       continue;
     }
     poison_bf16(d_ctx);
     kernels::AttentionLayout layout =
-        kernels::fused_qkv_layout(as_bf16(d_qkv.data()), c.hq, c.hkv, hd, 1.0f / std::sqrt(float(hd)));
+        kernels::fused_qkv_layout(as_bf16(d_qkv.data()), c.hq, c.hkv, hd, scale);
     layout.q += P * row;  // query t's row is P + t; its own key row is t + key_offset
     layout.key_offset = P;
     layout.attended_pairs = pairs;

@@ -114,6 +114,9 @@ std::vector<Row> op_cases() {
   t.add(Rmsnorm{3, 5123, false, false, 1e-6f});
   t.add(Rmsnorm{257, 5123, true, true, 1e-6f});    // out aliases x
   t.add(Rmsnorm{70000, 72, true, false, 1e-6f});   // more rows than the launcher's grid
+  // Gemma's norms, out = bf16((1 + w) * normed) (gemma-3-4b's hidden size 2560).
+  t.add(Rmsnorm{33, 2560, true, false, 1e-6f, 1.0f});
+  t.add(Rmsnorm{3, 72, false, false, 1e-6f, 1.0f});
 
   // rmsnorm_rows (MLA's latent norms): N, C, in_stride, out_stride, in_place. q_a (contiguous,
   // in place) and kv_a's first kv_lora values (stride kv_lora + rope).
@@ -121,6 +124,10 @@ std::vector<Row> op_cases() {
   t.add(RmsnormRows{37, 1536, 1536, 1536, true});
   t.add(RmsnormRows{37, 512, 576, 512, false});
   t.add(RmsnormRows{19, 28, 36, 28, false});
+  // Gemma's (1 + w).
+  t.from(7101);
+  t.add(RmsnormRows{37, 256, 256, 256, true, 1.0f});
+  t.add(RmsnormRows{19, 28, 36, 28, false, 1.0f});
 
   // qk_norm_rope: lengths, hq, hkv, hd, weighted q/k norm, rope config and its name, rotary dim
   // (0: hd), Llama-4 layer kind, first sample's first position, NoPE temperature.
@@ -155,6 +162,9 @@ std::vector<Row> op_cases() {
       {{100, 30}, 8, 2, 128, false, {}, "", 0, Llama4::NoPE, 8150, {true, 8192, 0.1}},
       {{37, 200, 19}, 8, 2, 64, false, {}, "", 0, Llama4::NoPE, 300, {true, 4, 0.1}},
       {{37, 200, 19}, 8, 2, 64, false, {}, "", 0, Llama4::NoPE, 300},
+      // Gemma-3's q/k norms, (1 + w), at its head_dim 256 (gemma-3-4b: 8 query heads on 4).
+      {{19, 1, 61}, 8, 4, 256, true, default_rope(1e6), "default", 0, Llama4::No, 0, {}, 1.0f},
+      {{5, 5, 5}, 4, 2, 16, true, default_rope(10000.0), "default", 0, Llama4::No, 0, {}, 1.0f},
   };
   for (const QkNormRope& c : qk_norm_rope) t.add(c);
 
@@ -176,6 +186,7 @@ std::vector<Row> op_cases() {
   // attention (reference and flash kernels): lengths, hq, hkv, hd, window, kept keys, sinks, chunk.
   t.from(10001);
   const std::vector<std::int64_t> tiles = {64, 65, 1, 63, 128, 130};  // on and off the 64-token tile
+  const float gemma3_scale = float(1.0 / std::sqrt(168.0));
   const std::vector<Attention> attention = {
       {mixed, 6, 2, 12, 0},      {mixed, 4, 2, 14, 0},    {mixed, 8, 2, 10, 8},     {mixed, 6, 2, 16, 0},
       {mixed, 8, 2, 8, 0},       {tiles, 4, 2, 64, 0},    {tiles, 4, 1, 64, 0},     {tiles, 8, 8, 64, 5},
@@ -202,6 +213,9 @@ std::vector<Row> op_cases() {
       // chunks and sinks
       {mixed, 8, 2, 64, 0, 0, true, 8}, {{130, 3, 64}, 8, 2, 128, 0, 37, true, 5},
       {{70, 9}, 10, 2, 128, 0, 150, true, 100},
+      // Gemma-3's scale query_pre_attn_scalar^-0.5 (27b: 168 for head_dim 128, 32 query heads on
+      // 16), whole and in a sliding window
+      {mixed, 8, 4, 128, 0, 0, false, 0, gemma3_scale}, {tiles, 8, 4, 128, 64, 0, false, 0, gemma3_scale},
   };
   for (const Attention& c : attention) t.add(c);
 

@@ -4,7 +4,8 @@
 //
 // Tolerances (u = 2^-8, bf16's unit roundoff):
 //   rmsnorm_rows: rounds the normalised value and its product with the weight (HF's bf16 order),
-//     against the float32 CPU norm: (2u + u^2) |ref|, plus 1e-6 |ref| for float32 summation order.
+//     against the float32 CPU norm: (2u + u^2) |ref|, plus 1e-6 |ref| for float32 summation order
+//     (and, with Gemma's weight offset, the float32 rounding of (1 + w) * normed, 2^-24).
 //   rope_strided: one rounding of each rotated value, measured per pair as op_rope.cpp does:
 //     u |pair| + 1e-6 |pair|; the dims it must not touch come back bit for bit.
 //   mla_assemble_kv: copies, exact.
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,7 +49,7 @@ std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& lengths) {
 }
 
 int rmsnorm_case(std::int64_t N, std::int64_t C, std::int64_t in_stride, std::int64_t out_stride, bool in_place,
-                 std::uint64_t seed, cudaStream_t stream) {
+                 float weight_offset, std::uint64_t seed, cudaStream_t stream) {
   std::mt19937_64 rng(seed);
   const std::vector<bf16_bits> in = normal_bf16(rng, N * in_stride, 2.0f);
   const std::vector<bf16_bits> w = random_bf16(rng, C, 0.5f, 1.5f);
@@ -56,14 +58,15 @@ int rmsnorm_case(std::int64_t N, std::int64_t C, std::int64_t in_stride, std::in
     for (std::int64_t c = 0; c < C; ++c) x[std::size_t(r * C + c)] = layertap::bf16_to_float(in[std::size_t(r * in_stride + c)]);
   const std::vector<float> wf = widen(w);
   const float eps = 1e-6f;
-  layertap::cpu::rms_norm(x.data(), wf.data(), ref.data(), N, C, eps);
+  layertap::cpu::rms_norm(x.data(), wf.data(), ref.data(), N, C, eps, weight_offset);
   Guarded<bf16_bits> d_in(N * in_stride), d_w(C), d_out(N * out_stride);
   d_in.upload(in);
   d_w.upload(w);
   poison_bf16(d_out);
   bf16_bits* out = in_place ? d_in.data() : d_out.data();
   const std::int64_t os = in_place ? in_stride : out_stride;
-  kernels::rmsnorm_rows(as_bf16(out), os, as_bf16(d_in.data()), in_stride, as_bf16(d_w.data()), eps, N, C, stream);
+  kernels::rmsnorm_rows(as_bf16(out), os, as_bf16(d_in.data()), in_stride, as_bf16(d_w.data()), eps, N, C, stream,
+                        weight_offset);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::vector<bf16_bits> raw = in_place ? d_in.download() : d_out.download();
   std::vector<float> got(ref.size());
@@ -80,6 +83,8 @@ int rmsnorm_case(std::int64_t N, std::int64_t C, std::int64_t in_stride, std::in
   char name[128];
   std::snprintf(name, sizeof name, "rmsnorm_rows N=%lld C=%lld strides %lld/%lld%s", (long long)N, (long long)C,
                 (long long)in_stride, (long long)os, in_place ? " in place" : "");
+  if (weight_offset != 0.0f)
+    std::snprintf(name + std::strlen(name), sizeof name - std::strlen(name), " offset=%g", double(weight_offset));
   int fails = report(name, compare(got, ref, &bound), 2 * kBf16Unit + 1e-6,
                      d_in.guard_damage() + d_out.guard_damage() + d_w.guard_damage(), &got, &ref);
   if (untouched_bad != 0) {
@@ -253,7 +258,7 @@ int argument_checks() {
 namespace layertap::gpu_test::ops {
 
 int run(const RmsnormRows& c, std::uint64_t seed, cudaStream_t stream) {
-  return rmsnorm_case(c.N, c.C, c.in_stride, c.out_stride, c.in_place, seed, stream);
+  return rmsnorm_case(c.N, c.C, c.in_stride, c.out_stride, c.in_place, c.weight_offset, seed, stream);
 }
 int run(const RopeStrided& c, std::uint64_t seed, cudaStream_t stream) {
   return rope_case(c.lengths, c.row, c.hs, c.offset, c.heads, c.rd, c.interleaved, c.cfg, seed, stream);

@@ -28,6 +28,7 @@ struct Rmsnorm {
   bool add;       // pass x (otherwise x = nullptr: plain RMSNorm of the residual)
   bool out_is_x;  // write the output over x (allowed aliasing)
   float eps;
+  float weight_offset = 0;  // Gemma's norms apply (1 + w): 1
 };
 
 // kernels/mla.cu rmsnorm_rows (op_mla.cpp): N rows of C read and written at their own strides.
@@ -35,6 +36,7 @@ struct RmsnormRows {
   static constexpr const char* kOp = "rmsnorm_rows";
   std::int64_t N, C, in_stride, out_stride;
   bool in_place;
+  float weight_offset = 0;  // Gemma's norms apply (1 + w): 1
 };
 
 // kernels/embedding.cu (op_embedding.cpp): T ids into a (V, H) table; the ids at bad_at out of range.
@@ -69,6 +71,7 @@ struct QkNormRope {
   Llama4 llama4 = Llama4::No;
   std::int64_t first_position = 0;  // the first sample continues at this position
   ModelConfig::Temperature temperature{};
+  float weight_offset = 0;  // of the weighted norm; Gemma's (1 + w): 1
 };
 
 // kernels/mla.cu rope_strided (op_mla.cpp): `heads` vectors of dim rd at `offset` of rows of
@@ -96,6 +99,7 @@ struct Attention {
   std::int64_t kept = 0;   // the first sample continues one with `kept` earlier keys (key_offset)
   bool sinks = false;      // GPT-OSS's per-head sink logits
   std::int64_t chunk = 0;  // Llama-4's attention chunk
+  float scale = 0;         // softmax scale; 0: 1/sqrt(hd) (Gemma-3: query_pre_attn_scalar^-0.5)
 };
 
 // kernels/attention.cu, both kernels, in MLA's layout (op_mla.cpp): q, k (T, nh qk), v (T, nh vd)
