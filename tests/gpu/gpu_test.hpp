@@ -41,7 +41,7 @@ void expect_throw(int& failures, const char* what, F&& f) {
   }
 }
 
-// The shared main() of the kernel tests: host failures (checks run before this) fail the test even
+// The op table's main (test_ops.cpp): host failures (checks run before this) fail the test even
 // where no GPU is visible; otherwise skips there. Runs `body(stream)` on a non-blocking stream,
 // adds the failure count it returns, prints PASS or FAILED (n); an exception prints FAIL and fails.
 template <class Body>

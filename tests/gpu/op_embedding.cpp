@@ -1,5 +1,5 @@
 // kernels/embedding.cu: exact row copies (bit for bit) at H that are and are not multiples of the
-// 8-element vector width, guard regions, and the device-side bad-token flag. Exit 77 without a GPU.
+// 8-element vector width, guard regions, and the device-side bad-token flag. Rows: op_cases.cpp.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +9,7 @@
 #include "gpu_compare.hpp"
 #include "gpu_test.hpp"
 #include "kernels/embedding.cuh"
+#include "op_table.hpp"
 
 namespace {
 
@@ -56,15 +57,10 @@ int run_case(std::int64_t T, std::int64_t H, std::int64_t V, const std::vector<s
 
 }  // namespace
 
-int main() {
-  return layertap::gpu_test::run_kernel_test(0, [](cudaStream_t stream) {
-    int failures = 0;
-    std::uint64_t seed = 7001;
-    for (const std::int64_t T : {1, 7, 129, 1000})
-      for (const std::int64_t H : {5, 8, 72, 4104}) failures += run_case(T, H, 160, {}, seed++, stream);
-    failures += run_case(300, 64, 128256, {}, seed++, stream);    // a Llama-3-sized vocabulary
-    failures += run_case(50, 72, 160, {17, 3, 40}, seed++, stream);  // first bad position is 3
-    failures += run_case(50, 13, 160, {0}, seed++, stream);
-    return failures;
-  });
+namespace layertap::gpu_test::ops {
+
+int run(const Embedding& c, std::uint64_t seed, cudaStream_t stream) {
+  return run_case(c.T, c.H, c.V, c.bad_at, seed, stream);
 }
+
+}  // namespace layertap::gpu_test::ops

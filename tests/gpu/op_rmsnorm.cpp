@@ -1,6 +1,6 @@
 // kernels/rmsnorm.cu against a CPU reference written with Hugging Face's rounding order, on
 // seeded random inputs at sizes that are and are not multiples of the block size, with guard
-// regions around every buffer the kernel writes. Exit 77 (skipped) without a GPU.
+// regions around every buffer the kernel writes. Rows: op_cases.cpp.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "gpu_test.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/rmsnorm.cuh"
+#include "op_table.hpp"
 
 namespace {
 
@@ -35,7 +36,7 @@ constexpr double kTieTolerance = 1e-5;
 //   rstd     = 1 / sqrt(var + eps)       (float32, IEEE)
 //   y        = r * rstd                  (float32, unrounded normalised value, kept for check)
 //   normed   = bf16(y)                   (hidden.to(input_dtype))
-//   out      = bf16(weight * normed)     (bf16 * bf16 in PyTorch: float product, rounded)
+//   out      = bf16((offset + weight) * normed)   (float32 product, rounded; offset 0 or Gemma's 1)
 struct Reference {
   std::vector<bf16_bits> residual;  // (N, C)
   std::vector<float> y;             // (N, C)
@@ -44,7 +45,7 @@ struct Reference {
 
 Reference reference(const std::vector<bf16_bits>& residual, const std::vector<bf16_bits>* x,
                     const std::vector<bf16_bits>& weight, float eps, std::int64_t N,
-                    std::int64_t C) {
+                    std::int64_t C, float weight_offset = 0.0f) {
   Reference ref{residual, std::vector<float>(residual.size()),
                 std::vector<bf16_bits>(residual.size())};
   for (std::int64_t n = 0; n < N; ++n) {
@@ -64,7 +65,7 @@ Reference reference(const std::vector<bf16_bits>& residual, const std::vector<bf
       const float y = bf16_to_float(r[i]) * rstd;
       ref.y[n * C + i] = y;
       const float normed = bf16_to_float(float_to_bf16(y));
-      ref.out[n * C + i] = float_to_bf16(bf16_to_float(weight[i]) * normed);
+      ref.out[n * C + i] = float_to_bf16((weight_offset + bf16_to_float(weight[i])) * normed);
     }
   }
   return ref;
@@ -131,12 +132,7 @@ std::vector<bf16_bits> payload_and_guards(const DeviceBuffer& buf, const char* n
 // ---------------------------------------------------------------------------------------------
 // One case.
 
-struct Case {
-  std::int64_t N, C;
-  bool add;         // pass x (otherwise x = nullptr: plain RMSNorm of the residual)
-  bool out_is_x;    // write the output over x (allowed aliasing)
-  float eps;
-};
+using Case = layertap::gpu_test::ops::Rmsnorm;
 
 std::vector<bf16_bits> random_bf16(std::mt19937_64& rng, std::int64_t N, std::int64_t C, bool row_scales) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -184,9 +180,10 @@ int compare(const Case& c, const Inputs& in, const Reference& ref,
     // out: the kernel sums r^2 in a different float32 order than the reference, so its rstd
     // (and y = r * rstd) may differ by a few float32 ulps, relative ~1e-6 for C up to ~16k. That
     // can only change the result where y lies within that distance of a bf16 rounding tie: then
-    // `normed` is the other neighbour (1 bf16 ulp) and out = bf16(w * normed) may differ by 1,
-    // rarely 2 bf16 ulps (the weight multiply can widen a 1-ulp step). So a mismatch passes only
-    // if it is exactly bf16(w * normed') for a normed' that y rounds to when moved by kTieTolerance
+    // `normed` is the other neighbour (1 bf16 ulp) and out = bf16(w * normed) (w: offset + weight)
+    // may differ by 1, rarely 2 bf16 ulps (the weight multiply can widen a 1-ulp step). So a
+    // mismatch passes only if it is exactly bf16(w * normed') for a normed' that y rounds to when
+    // moved by kTieTolerance
     // (1e-5, ~400x smaller than a bf16 ulp); any other difference, however small, fails.
     // (A host emulation of the kernel's reduction order on these cases: up to 2 ulp, at 64 of the
     // 1.3M elements of the 257 x 5123 case, all of them such ties; so a plain 1-ulp bound would fail.)
@@ -194,7 +191,7 @@ int compare(const Case& c, const Inputs& in, const Reference& ref,
     const std::int64_t u = ulps(got_out[i], ref.out[i]);
     worst_ulps = u > worst_ulps ? u : worst_ulps;
     const double y = ref.y[i];
-    const float wf = bf16_to_float(in.weight[std::size_t(k % c.C)]);
+    const float wf = c.weight_offset + bf16_to_float(in.weight[std::size_t(k % c.C)]);
     bool explained = false;
     for (const double f : {1.0 - kTieTolerance, 1.0 + kTieTolerance}) {
       const float normed = bf16_to_float(float_to_bf16(static_cast<float>(y * f)));
@@ -212,17 +209,20 @@ int compare(const Case& c, const Inputs& in, const Reference& ref,
   if (res_bad != 0) std::printf("  FAIL: %lld residual elements differ\n", (long long)res_bad), ++failures;
   if (nonfinite != 0) std::printf("  FAIL: %lld NaN/Inf outputs\n", (long long)nonfinite), ++failures;
   if (out_bad != 0) std::printf("  FAIL: %lld out elements differ beyond a rounding tie\n", (long long)out_bad), ++failures;
-  std::printf("%s N=%-5lld C=%-5lld %-5s%s eps=%g: residual %s, out worst %lld ulp (%lld of %lld "
+  char offset[32] = "";
+  if (c.weight_offset != 0.0f) std::snprintf(offset, sizeof offset, " offset=%g", double(c.weight_offset));
+  std::printf("%s N=%-5lld C=%-5lld %-5s%s%s eps=%g: residual %s, out worst %lld ulp (%lld of %lld "
               "differ, at bf16 ties)%s\n",
               failures == 0 ? "ok  " : "FAIL", (long long)c.N, (long long)c.C, c.add ? "add" : "noadd",
-              c.out_is_x ? " out=x" : "", double(c.eps), res_bad == 0 ? "exact" : "WRONG",
+              c.out_is_x ? " out=x" : "", offset, double(c.eps), res_bad == 0 ? "exact" : "WRONG",
               (long long)worst_ulps, (long long)out_diff, (long long)count, failures == 0 ? "" : " <--");
   return failures;
 }
 
 int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   const Inputs in = make_inputs(c, seed);
-  const Reference ref = reference(in.residual, c.add ? &in.x : nullptr, in.weight, c.eps, c.N, c.C);
+  const Reference ref =
+      reference(in.residual, c.add ? &in.x : nullptr, in.weight, c.eps, c.N, c.C, c.weight_offset);
 
   const std::int64_t count = c.N * c.C;
   DeviceBuffer d_res(count, kGuard), d_x(count, kGuard), d_out(count, kGuard), d_w(c.C, 0);
@@ -231,7 +231,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   d_w.upload(in.weight);
   __nv_bfloat16* out = c.out_is_x ? d_x.data() : d_out.data();
   layertap::kernels::fused_residual_rmsnorm(out, d_res.data(), c.add ? d_x.data() : nullptr,
-                                            d_w.data(), c.eps, c.N, c.C, stream);
+                                            d_w.data(), c.eps, c.N, c.C, stream, c.weight_offset);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   int failures = 0;
@@ -244,19 +244,6 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
     }
   }
   return compare(c, in, ref, got_res, got_out, failures);
-}
-
-// The cases the GPU runs (seeded: same inputs on every run).
-std::vector<Case> cases() {
-  std::vector<Case> v;
-  for (const std::int64_t N : {1, 3, 257}) {
-    for (const std::int64_t C : {1, 7, 72, 256, 4096, 5120 + 3}) v.push_back({N, C, true, false, 1e-6f});
-  }
-  v.push_back({257, 4096, false, false, 1e-5f});  // no add: plain RMSNorm, residual untouched
-  v.push_back({3, 5123, false, false, 1e-6f});
-  v.push_back({257, 5123, true, true, 1e-6f});    // out aliases x
-  v.push_back({70000, 72, true, false, 1e-6f});   // more rows than the launcher's grid
-  return v;
 }
 
 // Argument checks: no device needed (they throw before any CUDA call).
@@ -282,11 +269,9 @@ int check_argument_errors() {
 
 }  // namespace
 
-int main() {
-  return layertap::gpu_test::run_kernel_test(check_argument_errors(), [](cudaStream_t stream) {
-    int failures = 0;
-    std::uint64_t seed = 20240601;
-    for (const Case& c : cases()) failures += run_case(c, seed++, stream);
-    return failures;
-  });
-}
+namespace layertap::gpu_test::ops {
+
+int run(const Rmsnorm& c, std::uint64_t seed, cudaStream_t stream) { return run_case(c, seed, stream); }
+int rmsnorm_host_checks() { return check_argument_errors(); }
+
+}  // namespace layertap::gpu_test::ops

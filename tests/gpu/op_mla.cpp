@@ -1,19 +1,21 @@
 // kernels/mla.cu and the MLA use of kernels/attention.cu against the CPU backend's parts
 // (cpu::rms_norm, cpu::Rope with YaRN and the interleaved layout, cpu::causal_attention with qk and
-// v head dims of their own and MLA's softmax scale). Exit 77 without a GPU.
+// v head dims of their own and MLA's softmax scale). Rows: op_cases.cpp.
 //
 // Tolerances (u = 2^-8, bf16's unit roundoff):
 //   rmsnorm_rows: rounds the normalised value and its product with the weight (HF's bf16 order),
-//     against the float32 CPU norm: (2u + u^2) |ref|, plus 1e-6 |ref| for float32 summation order.
-//   rope_strided: one rounding of each rotated value, measured per pair as test_rope does:
+//     against the float32 CPU norm: (2u + u^2) |ref|, plus 1e-6 |ref| for float32 summation order
+//     (and, with Gemma's weight offset, the float32 rounding of (1 + w) * normed, 2^-24).
+//   rope_strided: one rounding of each rotated value, measured per pair as op_rope.cpp does:
 //     u |pair| + 1e-6 |pair|; the dims it must not touch come back bit for bit.
 //   mla_assemble_kv: copies, exact.
-//   attention (layout form): as test_attention: reference u |ref| + 2e-4 v_max; flash (192/128)
+//   attention (layout form): as op_attention.cpp: reference u |ref| + 2e-4 v_max; flash (192/128)
 //     also u v_max for its bf16 probabilities.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "gpu_test.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/mla.cuh"
+#include "op_table.hpp"
 
 namespace {
 
@@ -45,20 +48,8 @@ std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& lengths) {
   return off;
 }
 
-RopeConfig yarn() {
-  RopeConfig r;
-  r.type = RopeConfig::Type::Yarn;
-  r.theta = 50000.0;
-  r.factor = 64.0;
-  r.original_max_position_embeddings = 4096;
-  r.beta_fast = 32.0;
-  r.beta_slow = 1.0;
-  r.attention_factor = 1.0 + 0.1 * std::log(64.0);  // get_mscale(64, 1) / get_mscale(64, 0.707)-like: not 1
-  return r;
-}
-
 int rmsnorm_case(std::int64_t N, std::int64_t C, std::int64_t in_stride, std::int64_t out_stride, bool in_place,
-                 std::uint64_t seed, cudaStream_t stream) {
+                 float weight_offset, std::uint64_t seed, cudaStream_t stream) {
   std::mt19937_64 rng(seed);
   const std::vector<bf16_bits> in = normal_bf16(rng, N * in_stride, 2.0f);
   const std::vector<bf16_bits> w = random_bf16(rng, C, 0.5f, 1.5f);
@@ -67,14 +58,15 @@ int rmsnorm_case(std::int64_t N, std::int64_t C, std::int64_t in_stride, std::in
     for (std::int64_t c = 0; c < C; ++c) x[std::size_t(r * C + c)] = layertap::bf16_to_float(in[std::size_t(r * in_stride + c)]);
   const std::vector<float> wf = widen(w);
   const float eps = 1e-6f;
-  layertap::cpu::rms_norm(x.data(), wf.data(), ref.data(), N, C, eps);
+  layertap::cpu::rms_norm(x.data(), wf.data(), ref.data(), N, C, eps, weight_offset);
   Guarded<bf16_bits> d_in(N * in_stride), d_w(C), d_out(N * out_stride);
   d_in.upload(in);
   d_w.upload(w);
   poison_bf16(d_out);
   bf16_bits* out = in_place ? d_in.data() : d_out.data();
   const std::int64_t os = in_place ? in_stride : out_stride;
-  kernels::rmsnorm_rows(as_bf16(out), os, as_bf16(d_in.data()), in_stride, as_bf16(d_w.data()), eps, N, C, stream);
+  kernels::rmsnorm_rows(as_bf16(out), os, as_bf16(d_in.data()), in_stride, as_bf16(d_w.data()), eps, N, C, stream,
+                        weight_offset);
   LT_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::vector<bf16_bits> raw = in_place ? d_in.download() : d_out.download();
   std::vector<float> got(ref.size());
@@ -91,6 +83,8 @@ int rmsnorm_case(std::int64_t N, std::int64_t C, std::int64_t in_stride, std::in
   char name[128];
   std::snprintf(name, sizeof name, "rmsnorm_rows N=%lld C=%lld strides %lld/%lld%s", (long long)N, (long long)C,
                 (long long)in_stride, (long long)os, in_place ? " in place" : "");
+  if (weight_offset != 0.0f)
+    std::snprintf(name + std::strlen(name), sizeof name - std::strlen(name), " offset=%g", double(weight_offset));
   int fails = report(name, compare(got, ref, &bound), 2 * kBf16Unit + 1e-6,
                      d_in.guard_damage() + d_out.guard_damage() + d_w.guard_damage(), &got, &ref);
   if (untouched_bad != 0) {
@@ -243,47 +237,38 @@ int attention_case(const std::vector<std::int64_t>& lengths, std::int64_t nh, st
   return fails;
 }
 
+// Argument checks (no device).
+int argument_checks() {
+  int host = 0;
+  auto* p = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x1000));
+  auto* ip = reinterpret_cast<std::int32_t*>(std::uintptr_t(0x2000));
+  auto* fp = reinterpret_cast<float*>(std::uintptr_t(0x3000));
+  expect_throw(host, "rope dim above 256", [&] { kernels::rope_strided(p, 600, 0, 0, 1, 300, true, ip, fp, 1.0f, 4, nullptr); });
+  expect_throw(host, "rope past the row", [&] { kernels::rope_strided(p, 64, 0, 8, 1, 64, true, ip, fp, 1.0f, 4, nullptr); });
+  expect_throw(host, "in-place norm with other strides",
+               [&] { kernels::rmsnorm_rows(p, 32, p, 40, p, 1e-6f, 4, 32, nullptr); });
+  const kernels::AttentionLayout short_rows{p, 10, p, 24, p, 16, 1, 1, 24, 16, 0.2f};
+  expect_throw(host, "attention layout with rows shorter than its heads",
+               [&] { kernels::attention_reference(p, short_rows, ip, 4, 0, nullptr); });
+  return host;
+}
+
 }  // namespace
 
-int main() {
-  int host = 0;
-  {
-    auto* p = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x1000));
-    auto* ip = reinterpret_cast<std::int32_t*>(std::uintptr_t(0x2000));
-    auto* fp = reinterpret_cast<float*>(std::uintptr_t(0x3000));
-    expect_throw(host, "rope dim above 256", [&] { kernels::rope_strided(p, 600, 0, 0, 1, 300, true, ip, fp, 1.0f, 4, nullptr); });
-    expect_throw(host, "rope past the row", [&] { kernels::rope_strided(p, 64, 0, 8, 1, 64, true, ip, fp, 1.0f, 4, nullptr); });
-    expect_throw(host, "in-place norm with other strides",
-                 [&] { kernels::rmsnorm_rows(p, 32, p, 40, p, 1e-6f, 4, 32, nullptr); });
-    const kernels::AttentionLayout short_rows{p, 10, p, 24, p, 16, 1, 1, 24, 16, 0.2f};
-    expect_throw(host, "attention layout with rows shorter than its heads",
-                 [&] { kernels::attention_reference(p, short_rows, ip, 4, 0, nullptr); });
-  }
-  return run_kernel_test(host, [](cudaStream_t stream) {
-    int failures = 0;
-    std::uint64_t seed = 7001;
-    // Latent norms: q_a (contiguous, in place) and kv_a's first kv_lora values (stride kv_lora + rope).
-    failures += rmsnorm_case(37, 1536, 1536, 1536, true, seed++, stream);
-    failures += rmsnorm_case(37, 512, 576, 512, false, seed++, stream);
-    failures += rmsnorm_case(19, 28, 36, 28, false, seed++, stream);
-    // RoPE: per-head query rope dims (offset nope in rows of nh * qk), the shared rope key (offset
-    // kv_lora, head stride 0); interleaved (DeepSeek, Kimi) and half-split; YaRN and default.
-    RopeConfig plain;
-    plain.theta = 10000.0;
-    const std::vector<std::int64_t> mixed = {19, 1, 61, 7, 33};
-    failures += rope_case(mixed, 8 * 192, 192, 128, 8, 64, true, yarn(), seed++, stream);
-    failures += rope_case(mixed, 576, 0, 512, 1, 64, true, yarn(), seed++, stream);
-    failures += rope_case(mixed, 4 * 24, 24, 16, 4, 8, true, plain, seed++, stream);
-    failures += rope_case(mixed, 4 * 24, 24, 16, 4, 8, false, plain, seed++, stream);
-    failures += rope_case({300}, 2 * 320, 320, 64, 2, 256, true, yarn(), seed++, stream);
-    failures += assemble_case(57, 4, 16, 8, 12, 32, seed++, stream);
-    failures += assemble_case(130, 8, 128, 64, 128, 512, seed++, stream);
-    // Attention with MLA's head dims: the fixtures' 24/16 and 24/8 (reference only), Kimi/DeepSeek's
-    // 192/128 (reference and flash), with MLA-like scales (YaRN mscale^2 / sqrt(qk)).
-    failures += attention_case(mixed, 4, 24, 16, 0.3f, seed++, stream);
-    failures += attention_case(mixed, 4, 24, 8, 0.25f, seed++, stream);
-    failures += attention_case({64, 65, 1, 63, 128, 130}, 4, 192, 128, 0.1127f, seed++, stream);
-    failures += attention_case({300, 2}, 8, 192, 128, 0.0722f, seed++, stream);
-    return failures;
-  });
+namespace layertap::gpu_test::ops {
+
+int run(const RmsnormRows& c, std::uint64_t seed, cudaStream_t stream) {
+  return rmsnorm_case(c.N, c.C, c.in_stride, c.out_stride, c.in_place, c.weight_offset, seed, stream);
 }
+int run(const RopeStrided& c, std::uint64_t seed, cudaStream_t stream) {
+  return rope_case(c.lengths, c.row, c.hs, c.offset, c.heads, c.rd, c.interleaved, c.cfg, seed, stream);
+}
+int run(const MlaAssembleKv& c, std::uint64_t seed, cudaStream_t stream) {
+  return assemble_case(c.T, c.nh, c.nope, c.rd, c.vd, c.kvl, seed, stream);
+}
+int run(const AttentionMla& c, std::uint64_t seed, cudaStream_t stream) {
+  return attention_case(c.lengths, c.nh, c.qk, c.vd, c.scale, seed, stream);
+}
+int mla_host_checks() { return argument_checks(); }
+
+}  // namespace layertap::gpu_test::ops

@@ -1,6 +1,6 @@
 // kernels/moe.cu: the router kernel against route_token on the host (the function test_cuda_moe_host
 // holds bit for bit to cpu::route), the permutation, gather and weighted un-permutation against
-// host references. Exit 77 without a GPU.
+// host references. Rows: op_cases.cpp.
 //
 // Tolerances:
 //   routing: logits on a grid of 1/8 (ties included) keep every comparison the choice makes far
@@ -27,16 +27,14 @@
 #include "gpu_test.hpp"
 #include "kernels/moe.cuh"
 #include "kernels/moe_routing.hpp"
+#include "op_table.hpp"
 
 namespace {
 
 using namespace layertap::gpu_test;
 namespace kernels = layertap::kernels;
 
-// Logits: on a grid of 1/8 in [-3, 3] (ties among them); Ties: 3 values only, so most choices
-// and group scores tie and the lower index must win; Special: the grid with NaN, +inf and -inf
-// sprinkled in (ranked last / first / last, NaN probabilities and weights where the host has them).
-enum class Logits { Grid, Ties, Special };
+using layertap::gpu_test::ops::Logits;
 
 int route_case(const std::string& name, const kernels::RouteParams& p, bool bias, bool offset, std::uint64_t seed,
                cudaStream_t stream, std::int64_t T = 300, Logits kind = Logits::Grid) {
@@ -209,150 +207,41 @@ int permute_case(std::int64_t T, std::int64_t E, std::int64_t k, std::int64_t fi
   return fails;
 }
 
+// Argument checks (no device).
+int argument_checks() {
+  int host = 0;
+  kernels::RouteParams bad;
+  bad.num_experts = 8, bad.top_k = 9;
+  expect_throw(host, "top_k above the expert count", [&] {
+    kernels::moe_route(bad, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, nullptr);
+  });
+  kernels::RouteParams groups;
+  groups.kind = kernels::RouteParams::SigmoidGroupedTopk;
+  groups.num_experts = 16, groups.top_k = 8, groups.n_group = 4, groups.topk_group = 1;
+  auto* f = reinterpret_cast<float*>(std::uintptr_t(0x1000));
+  auto* i = reinterpret_cast<std::int32_t*>(std::uintptr_t(0x2000));
+  expect_throw(host, "kept groups hold fewer experts than top_k",
+               [&] { kernels::moe_route(groups, f, f, nullptr, nullptr, i, f, 1, nullptr); });
+  kernels::RouteParams unknown = bad;
+  unknown.top_k = 2, unknown.kind = 4;
+  expect_throw(host, "an unknown routing kind",
+               [&] { kernels::moe_route(unknown, f, f, nullptr, nullptr, i, f, 1, nullptr); });
+  auto* b = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x3000));
+  expect_throw(host, "gather weights without their slots",
+               [&] { kernels::moe_gather(b, b, i, i, 4, 8, nullptr, nullptr, f, 2); });
+  return host;
+}
+
 }  // namespace
 
-int main() {
-  int host = 0;
-  {
-    kernels::RouteParams bad;
-    bad.num_experts = 8, bad.top_k = 9;
-    expect_throw(host, "top_k above the expert count", [&] {
-      kernels::moe_route(bad, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, nullptr);
-    });
-    kernels::RouteParams groups;
-    groups.kind = kernels::RouteParams::SigmoidGroupedTopk;
-    groups.num_experts = 16, groups.top_k = 8, groups.n_group = 4, groups.topk_group = 1;
-    auto* f = reinterpret_cast<float*>(std::uintptr_t(0x1000));
-    auto* i = reinterpret_cast<std::int32_t*>(std::uintptr_t(0x2000));
-    expect_throw(host, "kept groups hold fewer experts than top_k",
-                 [&] { kernels::moe_route(groups, f, f, nullptr, nullptr, i, f, 1, nullptr); });
-    kernels::RouteParams unknown = bad;
-    unknown.top_k = 2, unknown.kind = 4;
-    expect_throw(host, "an unknown routing kind",
-                 [&] { kernels::moe_route(unknown, f, f, nullptr, nullptr, i, f, 1, nullptr); });
-    auto* b = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x3000));
-    expect_throw(host, "gather weights without their slots",
-                 [&] { kernels::moe_gather(b, b, i, i, 4, 8, nullptr, nullptr, f, 2); });
-  }
-  return run_kernel_test(host, [](cudaStream_t stream) {
-    int failures = 0;
-    kernels::RouteParams ds;
-    ds.kind = kernels::RouteParams::SigmoidGroupedTopk;
-    ds.num_experts = 16, ds.top_k = 4, ds.n_group = 4, ds.topk_group = 2, ds.norm_topk_prob = 1;
-    ds.routed_scaling_factor = 2.5f;
-    failures += route_case("deepseek 16 experts, 4 groups, bias", ds, true, false, 1, stream);
-    kernels::RouteParams v3 = ds;
-    v3.num_experts = 256, v3.top_k = 8, v3.n_group = 8, v3.topk_group = 4;
-    failures += route_case("deepseek-v3 256 experts, 8 groups, bias", v3, true, false, 2, stream);
-    kernels::RouteParams kimi = ds;
-    kimi.num_experts = 384, kimi.top_k = 8, kimi.n_group = 1, kimi.topk_group = 1, kimi.routed_scaling_factor = 2.827f;
-    failures += route_case("kimi 384 experts, bias", kimi, true, false, 3, stream);
-    failures += route_case("kimi 384 experts, bias, logit offsets", kimi, true, true, 4, stream);
-    kernels::RouteParams qwen;
-    qwen.kind = kernels::RouteParams::SoftmaxTopk;
-    qwen.num_experts = 128, qwen.top_k = 8, qwen.norm_topk_prob = 1;
-    failures += route_case("qwen3 128 experts softmax", qwen, false, false, 5, stream);
-    qwen.norm_topk_prob = 0;
-    failures += route_case("qwen3 128 experts softmax, no renormalisation", qwen, false, true, 6, stream);
+namespace layertap::gpu_test::ops {
 
-    failures += permute_case(300, 64, 8, 16, 16, 200, true, 11, stream);     // one rank of 4 (whole experts)
-    failures += permute_case(300, 64, 8, 0, 64, 200, false, 12, stream);     // intermediate split: every expert
-    failures += permute_case(1000, 384, 8, 336, 48, 72, true, 13, stream);   // Kimi's last rank of 8
-    failures += permute_case(5, 16, 4, 12, 4, 64, true, 14, stream);         // experts with no tokens
-    failures += permute_case(257, 8, 2, 0, 8, 7, true, 15, stream);          // H off the 16-byte copies
-
-    // The warp router's edges: T of 1 and T not a multiple of the block's 8 tokens; the group
-    // step with one expert per group, 64 groups (two per lane), every group kept, and E not a
-    // multiple of 32; ties everywhere; NaN and infinities; top_k past 32 (picks kept in memory);
-    // the largest E of the warp router (1024, 32 per lane) and the one-thread fallback past it.
-    failures += route_case("deepseek-v3 256 experts, 8 groups, bias", v3, true, false, 21, stream, 1);
-    failures += route_case("deepseek-v3 256 experts, 8 groups, bias", v3, true, true, 22, stream, 7);
-    failures += route_case("deepseek-v3 256 experts, 8 groups, ties", v3, true, false, 23, stream, 64, Logits::Ties);
-    failures += route_case("deepseek-v3 256 experts, 8 groups, NaN/inf", v3, true, false, 24, stream, 64,
-                           Logits::Special);
-    kernels::RouteParams single = ds;
-    single.num_experts = 16, single.top_k = 4, single.n_group = 16, single.topk_group = 6;
-    failures += route_case("16 groups of one expert", single, true, false, 25, stream, 40, Logits::Ties);
-    kernels::RouteParams many = v3;
-    many.n_group = 64, many.topk_group = 5, many.top_k = 12;
-    failures += route_case("256 experts, 64 groups of 4, top 12 over 5 groups", many, true, false, 26, stream, 40);
-    kernels::RouteParams all_kept = v3;
-    all_kept.topk_group = 8, all_kept.norm_topk_prob = 0;
-    failures += route_case("256 experts, every group kept, no renormalisation", all_kept, false, false, 27, stream, 40);
-    kernels::RouteParams odd = ds;
-    odd.num_experts = 72, odd.top_k = 6, odd.n_group = 3, odd.topk_group = 2;
-    failures += route_case("72 experts, 3 groups of 24", odd, true, false, 28, stream, 33, Logits::Ties);
-    failures += route_case("kimi 384 experts, ties", kimi, true, false, 29, stream, 40, Logits::Ties);
-    failures += route_case("kimi 384 experts, NaN/inf", kimi, false, false, 30, stream, 40, Logits::Special);
-    qwen.norm_topk_prob = 1;
-    failures += route_case("qwen3 128 experts softmax, ties", qwen, false, false, 31, stream, 40, Logits::Ties);
-    failures += route_case("qwen3 128 experts softmax, NaN/inf", qwen, false, false, 32, stream, 40, Logits::Special);
-    kernels::RouteParams wide = qwen;
-    wide.num_experts = 96, wide.top_k = 40;
-    failures += route_case("softmax 96 experts, top 40", wide, false, false, 33, stream, 20);
-    kernels::RouteParams wide_sig = ds;
-    wide_sig.num_experts = 64, wide_sig.top_k = 36, wide_sig.n_group = 2, wide_sig.topk_group = 2;
-    failures += route_case("sigmoid 64 experts, 2 groups, top 36", wide_sig, true, false, 34, stream, 20, Logits::Ties);
-    kernels::RouteParams max_warp = kimi;
-    max_warp.num_experts = 1024, max_warp.top_k = 8;
-    failures += route_case("1024 experts (32 a lane)", max_warp, true, false, 35, stream, 16);
-    kernels::RouteParams oss;  // GPT-OSS: the top-k logits (router bias as the logit offset), softmaxed
-    oss.kind = kernels::RouteParams::TopkSoftmax;
-    oss.num_experts = 128, oss.top_k = 4;
-    failures += route_case("gpt-oss 128 experts, top-4 logits softmaxed, router bias", oss, false, true, 37, stream);
-    failures += route_case("gpt-oss 128 experts, ties", oss, false, false, 38, stream, 40, Logits::Ties);
-    failures += route_case("gpt-oss 128 experts, NaN/inf", oss, false, false, 39, stream, 40, Logits::Special);
-    kernels::RouteParams oss_wide = oss;
-    oss_wide.num_experts = 96, oss_wide.top_k = 40;
-    failures += route_case("top-k softmax 96 experts, top 40", oss_wide, false, false, 40, stream, 20);
-    kernels::RouteParams llama4;  // Llama-4: the top-k logits, each weight its sigmoid
-    llama4.kind = kernels::RouteParams::TopkSigmoid;
-    llama4.num_experts = 16, llama4.top_k = 1;
-    failures += route_case("llama-4 16 experts, top-1 logit sigmoided", llama4, false, false, 51, stream);
-    failures += route_case("llama-4 16 experts, top-1, logit offsets", llama4, false, true, 52, stream, 7);
-    failures += route_case("llama-4 16 experts, top-1, ties", llama4, false, false, 53, stream, 40, Logits::Ties);
-    failures += route_case("llama-4 16 experts, top-1, NaN/inf", llama4, false, false, 54, stream, 40, Logits::Special);
-    kernels::RouteParams maverick = llama4;
-    maverick.num_experts = 128;
-    failures += route_case("llama-4 128 experts, top-1", maverick, false, false, 55, stream);
-    kernels::RouteParams llama4_k = llama4;
-    llama4_k.top_k = 4;
-    failures += route_case("top-k sigmoid 16 experts, top 4, ties", llama4_k, false, false, 56, stream, 40, Logits::Ties);
-    failures += route_case("top-k sigmoid 16 experts, top 4, NaN/inf", llama4_k, false, false, 57, stream, 40,
-                           Logits::Special);
-    kernels::RouteParams llama4_wide = llama4;
-    llama4_wide.num_experts = 96, llama4_wide.top_k = 40;
-    failures += route_case("top-k sigmoid 96 experts, top 40", llama4_wide, false, false, 58, stream, 20);
-    failures += route_case("top-k sigmoid 96 experts, top 40, NaN/inf", llama4_wide, false, false, 59, stream, 20,
-                           Logits::Special);
-    kernels::RouteParams serial = qwen;
-    serial.num_experts = 1040, serial.top_k = 4;
-    failures += route_case("1040 experts softmax (one thread a token)", serial, false, true, 36, stream, 12);
-
-    // Placement's edges: T of 1 (fewer pairs than local experts: one tile counting in `counts`),
-    // one local expert, top_k above the local experts, many tiles (and a scan over several chunks
-    // of the (expert, tile) table), more local experts than the shared counters hold (with
-    // several tiles and with one), tiles limited by perm_token's length (top_k 300: no combine),
-    // repeated experts within a token.
-    failures += permute_case(1, 384, 8, 336, 48, 64, true, 41, stream);
-    failures += permute_case(300, 64, 8, 5, 1, 24, true, 42, stream);
-    failures += permute_case(300, 64, 8, 60, 4, 24, false, 43, stream);
-    failures += permute_case(3001, 64, 8, 16, 16, 8, true, 44, stream);
-    failures += permute_case(2000, 384, 8, 0, 384, 8, false, 45, stream);
-    failures += permute_case(300, 1100, 8, 0, 1100, 8, true, 46, stream);
-    failures += permute_case(2, 1100, 8, 0, 1100, 8, false, 50, stream);
-    failures += permute_case(20, 512, 300, 0, 8, 8, false, 47, stream);
-    failures += permute_case(500, 16, 8, 0, 16, 24, true, 48, stream, true);
-    failures += permute_case(77, 40, 6, 8, 24, 16, false, 49, stream, true);
-
-    // Input-weighted experts (Llama-4): top-1 on one rank of 4 (most tokens' expert elsewhere,
-    // slot -1) and with every expert local; top 8 on one rank of 4; H off the 16-byte path;
-    // repeated experts within a token (each row its own pair's weight).
-    failures += permute_case(300, 16, 1, 4, 4, 200, true, 61, stream, false, true);
-    failures += permute_case(300, 128, 1, 0, 128, 64, true, 62, stream, false, true);
-    failures += permute_case(300, 64, 8, 16, 16, 200, true, 63, stream, false, true);
-    failures += permute_case(257, 8, 2, 0, 8, 7, false, 64, stream, false, true);
-    failures += permute_case(77, 40, 6, 8, 24, 16, true, 65, stream, true, true);
-    return failures;
-  });
+int run(const MoeRoute& c, std::uint64_t seed, cudaStream_t stream) {
+  return route_case(c.name, c.p, c.bias, c.offset, seed, stream, c.T, c.logits);
 }
+int run(const MoePermute& c, std::uint64_t seed, cudaStream_t stream) {
+  return permute_case(c.T, c.E, c.k, c.first, c.n, c.H, c.shared, seed, stream, c.repeats, c.weight_input);
+}
+int moe_host_checks() { return argument_checks(); }
+
+}  // namespace layertap::gpu_test::ops

@@ -1,7 +1,7 @@
 // kernels/swiglu.cu against the CPU backend's cpu::gated_activation on the same (widened) bf16
 // inputs, at I that are and are not multiples of the kernel's 8-element vectors, for SwiGLU, GeGLU
 // and GPT-OSS's clamped SwiGLU, with gate and up split or interleaved (de-interleaved on the host
-// for the CPU). Exit 77 without a GPU.
+// for the CPU). Rows: op_cases.cpp.
 //
 // Tolerance, a bound per element from where the kernel rounds, with u = 2^-8 the unit roundoff of
 // bf16; the product of two bf16 values is exact in float32, and ~1e-6 relative covers float32's
@@ -25,6 +25,7 @@
 #include "gpu_compare.hpp"
 #include "gpu_test.hpp"
 #include "kernels/swiglu.cuh"
+#include "op_table.hpp"
 
 namespace {
 
@@ -114,26 +115,19 @@ int rows_on_device(std::int64_t T, std::int64_t I, std::int32_t rows, const Gate
 
 }  // namespace
 
-int main() {
-  return layertap::gpu_test::run_kernel_test(0, [](cudaStream_t stream) {
-    int failures = 0;
-    std::uint64_t seed = 9001;
-    const GateActivation silu{}, gelu{GateActivation::GeluTanh};
-    for (const std::int64_t T : {1, 3, 257})
-      for (const std::int64_t I : {1, 7, 8, 100, 108, 2048 + 8, 2048 + 3})
-        failures += run_case(T, I, silu, seed++, stream);
-    failures += run_case(64, 14336, silu, seed++, stream);  // Llama-3-8B's intermediate size
-    failures += run_case(33, 2048 + 8, gelu, seed++, stream);
-    // GPT-OSS's: alpha 1.702, limit 7, intermediate size 2880; its gate_up interleaved as stored.
-    for (const bool interleaved : {false, true}) {
-      const GateActivation clamped{GateActivation::ClampedSwiglu, 1.702f, 7.0f, interleaved};
-      for (const std::int64_t I : {1, 7, 8, 108, 2880, 2048 + 3}) failures += run_case(33, I, clamped, seed++, stream);
-    }
-    failures += run_case(3, 2880, GateActivation{GateActivation::Silu, 0, 0, true}, seed++, stream);
-    for (const GateActivation& f : {silu, gelu, GateActivation{GateActivation::ClampedSwiglu, 1.702f, 7.0f, false},
-                                    GateActivation{GateActivation::ClampedSwiglu, 1.702f, 7.0f, true}})
-      for (const std::int64_t I : {24, 13})
-        for (const std::int32_t rows : {0, 5, 9, 40}) failures += rows_on_device(9, I, rows, f, stream);
-    return failures;
-  });
+namespace layertap::gpu_test::ops {
+
+int run(const Swiglu& c, std::uint64_t seed, cudaStream_t stream) { return run_case(c.T, c.I, c.f, seed, stream); }
+
+// The device row count of every activation and layout, at I on and off the vector width.
+int swiglu_device_checks(cudaStream_t stream) {
+  int failures = 0;
+  const GateActivation silu{}, gelu{GateActivation::GeluTanh};
+  for (const GateActivation& f : {silu, gelu, GateActivation{GateActivation::ClampedSwiglu, 1.702f, 7.0f, false},
+                                  GateActivation{GateActivation::ClampedSwiglu, 1.702f, 7.0f, true}})
+    for (const std::int64_t I : {24, 13})
+      for (const std::int32_t rows : {0, 5, 9, 40}) failures += rows_on_device(9, I, rows, f, stream);
+  return failures;
 }
+
+}  // namespace layertap::gpu_test::ops

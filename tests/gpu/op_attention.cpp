@@ -2,7 +2,7 @@
 // (widened) bf16 q/k/v: packed batches with samples of 1..300 tokens (sizes on and off the flash
 // tile of 64), GQA group sizes 1..8, sliding windows, head_dim 8..256, kept keys of a sample in
 // flight (key_offset), GPT-OSS's sinks, and Llama-4's attention chunks (on and off the tile, query
-// tiles spanning chunk boundaries, kept keys whose positions cross one). Exit 77 without a GPU.
+// tiles spanning chunk boundaries, kept keys whose positions cross one). Rows: op_cases.cpp.
 //
 // Tolerance, per element, with u = 2^-8 the unit roundoff of bf16 and v_max the largest |v|:
 //   reference: the only bf16 rounding is the output's, <= u |ref|. Both it and the CPU reference
@@ -17,10 +17,13 @@
 // key moves outputs by ~v_max / n (> 3e-3 v_max for the n <= 300 keys here; chunks see fewer):
 // far outside.
 // Sinks only add mass without value to the denominators, so every term above keeps its bound.
+// A scale other than 1/sqrt(hd) (Gemma-3's query_pre_attn_scalar^-0.5, within 15% of it in the
+// rows) keeps the scores of the same order: the same bound.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -29,24 +32,20 @@
 #include "gpu_compare.hpp"
 #include "gpu_test.hpp"
 #include "kernels/attention.cuh"
+#include "op_table.hpp"
 
 namespace {
 
 using namespace layertap::gpu_test;
 namespace kernels = layertap::kernels;
 
-struct Case {
-  std::vector<std::int64_t> lengths;
-  std::int64_t hq, hkv, hd, window;
-  std::int64_t kept = 0;  // the first sample continues one with `kept` earlier keys (key_offset)
-  bool sinks = false;     // GPT-OSS's per-head sink logits
-  std::int64_t chunk = 0;  // Llama-4's attention chunk
-};
+using Case = layertap::gpu_test::ops::Attention;
 
 int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   std::vector<std::int64_t> offsets{0};
   for (const std::int64_t n : c.lengths) offsets.push_back(offsets.back() + n);
   const std::int64_t T = offsets.back(), P = c.kept, hd = c.hd, qd = c.hq * hd, kd = c.hkv * hd, row = qd + 2 * kd;
+  const float scale = c.scale != 0.0f ? c.scale : 1.0f / std::sqrt(float(hd));
   std::mt19937_64 rng(seed);
   // Scores q.k / sqrt(hd) of order 1..3: softmax neither uniform nor one-hot. Rows (P + T, (hq +
   // 2hkv) hd): the kept rows' keys and values, then the batch's fused projection; the kept rows'
@@ -81,7 +80,7 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   std::vector<std::int64_t> kv_offsets{0};
   for (std::size_t s = 1; s < offsets.size(); ++s) kv_offsets.push_back(offsets[s] + P);
   layertap::cpu::causal_attention(q.data(), offsets, k.data(), v.data(), kv_offsets, ref.data(),
-                                  {c.hq, c.hkv, hd, hd, 1.0f / std::sqrt(float(hd)), c.window,
+                                  {c.hq, c.hkv, hd, hd, scale, c.window,
                                    c.sinks ? sinks.data() : nullptr, c.chunk});
 
   Guarded<bf16_bits> d_qkv((P + T) * row), d_ctx(T * qd);
@@ -97,18 +96,20 @@ int run_case(const Case& c, std::uint64_t seed, cudaStream_t stream) {
   const std::int64_t pairs = kernels::count_attended_pairs(offsets, P, c.window, c.chunk);  // the stated work
   int fails = 0;
   for (const bool flash : {false, true}) {
-    char name[160];
+    char name[180];
     std::snprintf(name, sizeof name,
                   "%-9s T=%-4lld S=%zu hq=%lld hkv=%lld hd=%-3lld window=%lld kept=%lld chunk=%lld%s",
                   flash ? "flash" : "reference", (long long)T, c.lengths.size(), (long long)c.hq, (long long)c.hkv,
                   (long long)hd, (long long)c.window, (long long)P, (long long)c.chunk, c.sinks ? " sinks" : "");
+    if (c.scale != 0.0f)
+      std::snprintf(name + std::strlen(name), sizeof name - std::strlen(name), " scale=%.4f", double(c.scale));
     if (flash && !kernels::flash_attention_supported(hd)) {
       std::printf("skip %s (flash: head_dim 64 or 128 on sm_80+ only)\n", name);
       continue;
     }
     poison_bf16(d_ctx);
     kernels::AttentionLayout layout =
-        kernels::fused_qkv_layout(as_bf16(d_qkv.data()), c.hq, c.hkv, hd, 1.0f / std::sqrt(float(hd)));
+        kernels::fused_qkv_layout(as_bf16(d_qkv.data()), c.hq, c.hkv, hd, scale);
     layout.q += P * row;  // query t's row is P + t; its own key row is t + key_offset
     layout.key_offset = P;
     layout.attended_pairs = pairs;
@@ -201,40 +202,9 @@ int pairs_checks() {
 
 }  // namespace
 
-int main() {
-  return layertap::gpu_test::run_kernel_test(tile_checks() + pairs_checks(), [](cudaStream_t stream) {
-    int failures = 0;
-    const std::vector<std::int64_t> mixed = {19, 1, 61, 7, 33};        // the golden samples
-    const std::vector<std::int64_t> tiles = {64, 65, 1, 63, 128, 130};  // on and off the 64-token tile
-    const std::vector<Case> cases = {
-        {mixed, 6, 2, 12, 0},      {mixed, 4, 2, 14, 0},    {mixed, 8, 2, 10, 8},     {mixed, 6, 2, 16, 0},
-        {mixed, 8, 2, 8, 0},       {tiles, 4, 2, 64, 0},    {tiles, 4, 1, 64, 0},     {tiles, 8, 8, 64, 5},
-        {tiles, 4, 2, 128, 0},     {tiles, 8, 1, 128, 100}, {tiles, 4, 4, 128, 64},   {{300}, 2, 1, 128, 0},
-        {{300}, 2, 2, 64, 17},     {{1}, 2, 1, 128, 0},     {{300, 2}, 3, 3, 256, 0}, {{200}, 32, 8, 128, 0},
-        // kept keys of a sample in flight
-        {{65, 9}, 4, 2, 64, 0, 50}, {{3, 70}, 6, 2, 12, 5, 130},
-        // GPT-OSS's sinks (head_dim 64, GQA 8:1, sliding window 128 on alternate layers)
-        {mixed, 8, 2, 64, 0, 0, true}, {tiles, 8, 1, 64, 4, 0, true}, {{70, 5}, 4, 2, 64, 0, 100, true},
-        {{130, 3, 64}, 16, 2, 64, 128, 37, true}, {tiles, 4, 2, 128, 0, 0, true}, {mixed, 6, 2, 12, 3, 20, true},
-        // Llama-4's attention chunks (Scout: head_dim 128, GQA 5:1, chunk 8192): chunks of 8 and 5
-        // (dividing the 64-key tile and not), 64 (the tile), 100 (query tiles that span a boundary)
-        // and 1 (each query its own key); head_dim 12 for the reference only
-        {tiles, 5, 1, 128, 0, 0, false, 8},    {tiles, 4, 2, 64, 0, 0, false, 5},
-        {mixed, 10, 2, 128, 0, 0, false, 5},   {mixed, 6, 2, 64, 0, 0, false, 8},
-        {{300}, 4, 2, 64, 0, 0, false, 100},   {{300, 2}, 4, 1, 128, 0, 0, false, 64},
-        {{70, 5}, 4, 2, 128, 0, 0, false, 1},  {mixed, 6, 2, 12, 0, 0, false, 5},
-        // a chunk and a window both: their intersection
-        {{300}, 4, 2, 128, 40, 0, false, 100}, {tiles, 4, 2, 64, 6, 0, false, 8},
-        // kept keys whose positions continue across chunk boundaries (50..114 in chunks of 8,
-        // 150..219 across 200, 13..82 and 37..166 in chunks of 5)
-        {{65, 9}, 4, 2, 64, 0, 50, false, 8}, {{70, 3}, 5, 1, 128, 0, 150, false, 100},
-        {{70, 3}, 6, 2, 12, 0, 13, false, 5}, {{130, 2}, 4, 2, 64, 0, 37, false, 5},
-        // chunks and sinks
-        {mixed, 8, 2, 64, 0, 0, true, 8}, {{130, 3, 64}, 8, 2, 128, 0, 37, true, 5},
-        {{70, 9}, 10, 2, 128, 0, 150, true, 100},
-    };
-    std::uint64_t seed = 10001;
-    for (const Case& c : cases) failures += run_case(c, seed++, stream);
-    return failures;
-  });
-}
+namespace layertap::gpu_test::ops {
+
+int run(const Attention& c, std::uint64_t seed, cudaStream_t stream) { return run_case(c, seed, stream); }
+int attention_host_checks() { return tile_checks() + pairs_checks(); }
+
+}  // namespace layertap::gpu_test::ops

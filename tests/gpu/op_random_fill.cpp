@@ -1,6 +1,6 @@
 // kernels/random_fill.cu: bit-exact against the host formula (same hash, same fused multiply-add,
 // same rounding), at sizes on and off the block and grid-stride boundaries, with guard regions;
-// plus the distribution's range and mean on the host alone. Exit 77 without a GPU.
+// plus the distribution's range and mean on the host alone. Rows: op_cases.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include "gpu_compare.hpp"
 #include "gpu_test.hpp"
 #include "kernels/random_fill.cuh"
+#include "op_table.hpp"
 
 namespace {
 
@@ -56,13 +57,11 @@ int run_case(std::int64_t n, std::uint64_t seed, float offset, float scale, cuda
 
 }  // namespace
 
-int main() {
-  return layertap::gpu_test::run_kernel_test(distribution_check(), [](cudaStream_t stream) {
-    int failures = 0;
-    // Around the block size, and past the 2^16-block grid where the grid-stride loop takes over.
-    for (const std::int64_t n : std::vector<std::int64_t>{1, 255, 256, 257, 100003, (std::int64_t(1) << 24) + 7})
-      failures += run_case(n, 1234, 0.0f, 0.0625f, stream);
-    failures += run_case(4096, 99, 1.0f, 0.1f, stream);  // norm weights
-    return failures;
-  });
+namespace layertap::gpu_test::ops {
+
+int run(const RandomFill& c, std::uint64_t seed, cudaStream_t stream) {
+  return run_case(c.n, seed, c.offset, c.scale, stream);
 }
+int random_fill_host_checks() { return distribution_check(); }
+
+}  // namespace layertap::gpu_test::ops

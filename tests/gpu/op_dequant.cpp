@@ -6,7 +6,7 @@
 // 1 INT4 words a thread), the runs they leave to the element path (crossing a scale block or group,
 // row tails, NaN codes, non-finite scales, unaligned buffers), and special scales; plus the random
 // packed fills of the synthetic models. Guard regions around every output, outputs poisoned with
-// NaN first. Exit 77 without a GPU.
+// NaN first. Rows: op_cases.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -23,6 +23,7 @@
 #include "gpu_test.hpp"
 #include "kernels/dequant.cuh"
 #include "model/quant_formats.hpp"
+#include "op_table.hpp"
 
 namespace {
 
@@ -31,12 +32,7 @@ namespace kernels = layertap::kernels;
 namespace quant = layertap::quant;
 using layertap::DType;
 
-// Variants of a case: `specials` puts infinite, NaN, zero, subnormal and overflowing scales among
-// the random ones (every third); `misalign` shifts the output (and the packed input) off 16
-// bytes, so every run takes the kernels' element path.
-struct Variant {
-  bool specials = false, misalign = false;
-};
+using Variant = layertap::gpu_test::ops::DequantVariant;
 
 const char* variant_name(const Variant& v) {
   return v.specials ? (v.misalign ? ", special scales, misaligned" : ", special scales")
@@ -259,61 +255,34 @@ int fills(cudaStream_t stream) {
   return fails;
 }
 
+// Argument checks (no device).
+int argument_checks() {
+  int host = 0;
+  auto* p = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x1000));
+  const auto* c = reinterpret_cast<const std::uint8_t*>(std::uintptr_t(0x2000));
+  const auto* s = reinterpret_cast<const float*>(std::uintptr_t(0x3000));
+  expect_throw(host, "fp8 phase beyond its block", [&] { kernels::dequantize_fp8_block(p, c, s, 4, 4, 2, 2, 2, 0, nullptr); });
+  expect_throw(host, "int4 group 0", [&] {
+    kernels::dequantize_int4_group(p, reinterpret_cast<const std::uint32_t*>(c), s, kernels::ScaleType::BF16, 4, 8, 0,
+                                   nullptr);
+  });
+  return host;
+}
+
 }  // namespace
 
-int main() {
-  int host = 0;
-  {
-    auto* p = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t(0x1000));
-    const auto* c = reinterpret_cast<const std::uint8_t*>(std::uintptr_t(0x2000));
-    const auto* s = reinterpret_cast<const float*>(std::uintptr_t(0x3000));
-    expect_throw(host, "fp8 phase beyond its block", [&] { kernels::dequantize_fp8_block(p, c, s, 4, 4, 2, 2, 2, 0, nullptr); });
-    expect_throw(host, "int4 group 0", [&] {
-      kernels::dequantize_int4_group(p, reinterpret_cast<const std::uint32_t*>(c), s, kernels::ScaleType::BF16, 4, 8, 0,
-                                     nullptr);
-    });
-  }
-  return run_kernel_test(host, [](cudaStream_t stream) {
-    int failures = 0;
-    std::uint64_t seed = 501;
-    // DeepSeek-V3's 128 x 128 blocks with partial edges; a small grid; windows inside blocks.
-    failures += fp8_case(300, 200, 128, 128, {0, 300, 0, 200}, seed++, stream);
-    failures += fp8_case(300, 200, 128, 128, {128, 172, 0, 200}, seed++, stream);
-    failures += fp8_case(72, 96, 16, 8, {0, 72, 32, 40}, seed++, stream);
-    failures += fp8_case(50, 37, 16, 8, {5, 33, 3, 30}, seed++, stream);
-    failures += fp8_case(1, 9, 128, 128, {0, 1, 0, 9}, seed++, stream);
-    // The vector paths: 16 codes a thread (cols % 16 == 0), with runs crossing a block column
-    // where the window starts 8 columns into one (those runs element by element); 8 codes a
-    // thread (cols % 8 == 0); odd widths; every scale class; unaligned buffers.
-    failures += fp8_case(64, 1024, 128, 128, {3, 61, 136, 768}, seed++, stream);
-    failures += fp8_case(40, 96, 16, 8, {0, 40, 0, 96}, seed++, stream, {true, false});
-    failures += fp8_case(40, 96, 4, 24, {1, 39, 8, 88}, seed++, stream, {true, false});
-    failures += fp8_case(33, 53, 16, 8, {0, 33, 0, 53}, seed++, stream, {true, false});
-    failures += fp8_case(20, 256, 128, 128, {0, 20, 0, 256}, seed++, stream, {false, true});
-    for (const DType st : {DType::BF16, DType::F16, DType::F32}) {
-      failures += int4_case(40, 256, 32, st, {0, 40, 0, 256}, seed++, stream);
-      failures += int4_case(40, 256, 32, st, {8, 17, 64, 128}, seed++, stream);
-      failures += int4_case(7, 100, 32, st, {0, 7, 0, 100}, seed++, stream);  // partial word and group
-      failures += int4_case(3, 2048, 128, st, {1, 2, 1024, 1024}, seed++, stream);
-      // 1 word a thread (cols % 32 != 0); groups that runs cross (12: 32-column runs, 4: several
-      // groups a word); every scale class; unaligned buffers; an odd width with special scales.
-      failures += int4_case(9, 200, 40, st, {0, 9, 0, 200}, seed++, stream);
-      failures += int4_case(6, 384, 12, st, {0, 6, 0, 384}, seed++, stream);
-      failures += int4_case(5, 64, 4, st, {0, 5, 0, 64}, seed++, stream);
-      failures += int4_case(30, 512, 32, st, {0, 30, 0, 512}, seed++, stream, {true, false});
-      failures += int4_case(12, 256, 64, st, {2, 10, 64, 192}, seed++, stream, {false, true});
-      failures += int4_case(11, 93, 16, st, {0, 11, 0, 93}, seed++, stream, {true, false});
-    }
-    // MXFP4: 4 words a thread (whole blocks), a window inside (rows and blocks of a TP slice), 1
-    // word a thread with a partial last block (cols 200), every scale class, unaligned buffers.
-    failures += mxfp4_case(40, 256, {0, 40, 0, 256}, seed++, stream);
-    failures += mxfp4_case(40, 2880, {7, 25, 1440, 1440}, seed++, stream);
-    failures += mxfp4_case(9, 256, {0, 9, 0, 200}, seed++, stream);
-    failures += mxfp4_case(30, 512, {0, 30, 0, 512}, seed++, stream, {true, false});
-    failures += mxfp4_case(11, 160, {1, 10, 32, 128}, seed++, stream, {true, false});
-    failures += mxfp4_case(12, 256, {2, 10, 64, 192}, seed++, stream, {false, true});
-    failures += mxfp4_case(7, 256, {0, 7, 0, 200}, seed++, stream, {true, true});
-    failures += fills(stream);
-    return failures;
-  });
+namespace layertap::gpu_test::ops {
+
+int run(const DequantFp8& c, std::uint64_t seed, cudaStream_t stream) {
+  return fp8_case(c.out, c.in, c.br, c.bc, c.win, seed, stream, c.variant);
 }
+int run(const DequantInt4& c, std::uint64_t seed, cudaStream_t stream) {
+  return int4_case(c.out, c.in, c.group, c.st, c.win, seed, stream, c.variant);
+}
+int run(const DequantMxfp4& c, std::uint64_t seed, cudaStream_t stream) {
+  return mxfp4_case(c.out, c.in, c.win, seed, stream, c.variant);
+}
+int dequant_host_checks() { return argument_checks(); }
+int dequant_device_checks(cudaStream_t stream) { return fills(stream); }
+
+}  // namespace layertap::gpu_test::ops

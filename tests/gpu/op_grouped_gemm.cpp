@@ -9,10 +9,10 @@
 // offsets[0] > 0 and rows past offsets[n]. K off 8 (x and weights in 4-byte copies): bf16 K 12 and
 // 6 (the test fixtures' MoE down projections sliced for tensor parallelism, moe_intermediate_size
 // 24 at TP 2 and 4) and FP8 K 12; x 4 bytes past 16-byte alignment with K % 8 == 0 (x in 4-byte
-// copies, weights in 16-byte ones). Exit 77 without a GPU.
+// copies, weights in 16-byte ones). Rows: op_cases.cpp.
 //
 // Reference: each expert's weight decoded on the host by kernels/quant_element.hpp (the decoders
-// kernels/dequant.cu runs, themselves held bit for bit to the CPU backend's by test_dequant and
+// kernels/dequant.cu runs, themselves held bit for bit to the CPU backend's by the dequant rows and
 // test_cuda_moe_host), y = sum_k x w in double.
 //
 // Tolerance, from first principles: the kernel's weight values are those bf16 values exactly, a
@@ -45,6 +45,7 @@
 #include "gpu_test.hpp"
 #include "kernels/grouped_gemm.cuh"
 #include "kernels/quant_element.hpp"
+#include "op_table.hpp"
 
 namespace {
 
@@ -53,20 +54,7 @@ namespace kernels = layertap::kernels;
 using kernels::GroupedFormat;
 using kernels::ScaleType;
 
-struct Case {
-  std::string name;
-  GroupedFormat format = GroupedFormat::Int4Group;
-  ScaleType scale = ScaleType::BF16;
-  std::vector<std::int64_t> counts;  // rows of each expert
-  std::int64_t N = 0, K = 0, P = 1;  // W_e (N, K) in P parts
-  std::int64_t first = 0;            // offsets[0]
-  std::int64_t slack = 0;            // max_rows - offsets[n]
-  std::int64_t group = 32;                                     // INT4
-  std::int64_t br = 128, bc = 128, rp = 0, cp = 0;             // FP8
-  std::int64_t x_shift = 0;  // x starts this many bf16 past a 16-byte boundary (2: 4-byte aligned)
-  bool one_hot = false;
-  bool bias = false;  // every part with a bias (GPT-OSS's experts): y = bf16(bf16(sum) + b)
-};
+using Case = layertap::gpu_test::ops::GroupedGemm;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -319,154 +307,6 @@ int run_case(const Case& cs, std::uint64_t seed, cudaStream_t stream) {
   return ok ? 0 : 1;
 }
 
-Case make_case(std::string name, GroupedFormat f, ScaleType st, std::vector<std::int64_t> counts, std::int64_t N,
-               std::int64_t K, std::int64_t P, std::int64_t first, std::int64_t slack) {
-  Case c;
-  c.name = std::move(name);
-  c.format = f;
-  c.scale = st;
-  c.counts = std::move(counts);
-  c.N = N;
-  c.K = K;
-  c.P = P;
-  c.first = first;
-  c.slack = slack;
-  return c;
-}
-
-std::vector<Case> cases() {
-  using F = GroupedFormat;
-  using S = ScaleType;
-  std::vector<Case> t;
-  // name, format, scale type, rows per expert, N, K, parts, offsets[0], rows past offsets[n]
-  t.push_back(make_case("int4 bf16: gate/up in 2 parts, K 256", F::Int4Group, S::BF16, {37, 0, 1, 64, 90}, 192, 256, 2, 0, 8));
-  t.push_back(make_case("int4 bf16: K 200 off groups (4-byte copies), N 136", F::Int4Group, S::BF16, {70, 0, 65}, 136, 200, 1, 3, 5));
-  t.push_back(make_case("int4 bf16: one expert takes every row", F::Int4Group, S::BF16, {0, 0, 150, 0}, 72, 96, 1, 0, 0));
-  t.push_back(make_case("int4 f16 scales", F::Int4Group, S::F16, {20, 33, 1}, 64, 128, 2, 0, 4));
-  t.push_back(make_case("int4 f32 scales, odd N 129, K 160", F::Int4Group, S::F32, {66, 2}, 129, 160, 1, 0, 3));
-  t.push_back(make_case("int4 groups of 64, K 320", F::Int4Group, S::BF16, {40, 41}, 64, 320, 1, 0, 0));
-  t.back().group = 64;
-  t.push_back(make_case("int4 groups of 128, K 192 (half a last group)", F::Int4Group, S::BF16, {12}, 40, 192, 1, 0, 0));
-  t.back().group = 128;
-  {
-    std::mt19937_64 rng(17);
-    std::vector<std::int64_t> counts(40);
-    for (auto& c : counts) c = std::int64_t(rng() % 8);
-    t.push_back(make_case("int4: 40 experts of 0..7 rows", F::Int4Group, S::BF16, counts, 16, 64, 1, 0, 2));
-  }
-  t.push_back(make_case("int4: every expert empty", F::Int4Group, S::BF16, {0, 0, 0}, 32, 64, 1, 7, 9));
-  // MXFP4 (INT4 groups of 32, E8M0 scales): gate/up in 2 parts with ragged experts; K 160, half a
-  // last K step (GPT-OSS's 2880 at TP 2: 1440 = 22.5 steps); many small experts.
-  t.push_back(make_case("mxfp4: gate/up in 2 parts, ragged experts, K 256", F::Int4Group, S::E8M0, {37, 0, 1, 64, 90}, 192, 256, 2, 0, 8));
-  t.push_back(make_case("mxfp4: K 160 (half a K step), N 136", F::Int4Group, S::E8M0, {70, 0, 65, 3}, 136, 160, 1, 3, 5));
-  {
-    std::mt19937_64 rng(29);
-    std::vector<std::int64_t> counts(32);
-    for (auto& c : counts) c = std::int64_t(rng() % 9);
-    t.push_back(make_case("mxfp4: 32 experts of 0..8 rows, K 1440", F::Int4Group, S::E8M0, counts, 64, 1440, 2, 0, 1));
-  }
-  // Expert biases (GPT-OSS): interleaved gate/up in one part, down; a ragged, odd N in 2 parts.
-  t.push_back(make_case("mxfp4 + bias: gate/up in 1 part, N 256, K 192", F::Int4Group, S::E8M0, {9, 0, 70, 1}, 256, 192, 1, 0, 3));
-  t.back().bias = true;
-  t.push_back(make_case("bf16 + bias: odd N 129 in 1 part, K 96", F::Bf16, S::BF16, {40, 2}, 129, 96, 1, 1, 2));
-  t.back().bias = true;
-  t.push_back(make_case("int4 + bias: 2 parts of 48, K 128", F::Int4Group, S::BF16, {33, 64}, 96, 128, 2, 0, 0));
-  t.back().bias = true;
-  t.push_back(make_case("fp8 128x128: gate/up in 2 parts of 96 rows, K 256", F::Fp8Block, S::F32, {1, 63, 0, 100}, 192, 256, 2, 0, 6));
-  t.push_back(make_case("fp8 K 200 partial block (4-byte copies), N 136", F::Fp8Block, S::F32, {65, 64, 2}, 136, 200, 1, 0, 1));
-  t.push_back(make_case("fp8 row phase 32, K 320", F::Fp8Block, S::F32, {120, 30}, 72, 320, 1, 0, 0));
-  t.back().rp = 32;
-  t.push_back(make_case("fp8 blocks 16x128, phases (5, 64), 2 parts of 50", F::Fp8Block, S::F32, {50, 0, 14}, 100, 192, 2, 2, 2));
-  t.back().br = 16;
-  t.back().rp = 5;
-  t.back().cp = 64;
-  t.push_back(make_case("fp8: one expert, one row", F::Fp8Block, S::F32, {1}, 128, 128, 1, 0, 0));
-  // FP8 blocks that do not span whole 64-k steps (a scale per 8 k). First the DeepSeek-V3 fixture
-  // (tests/fixtures/models/deepseek_v3_fp8: weight_block_size [16, 8], hidden 72,
-  // moe_intermediate_size 32, 8 routed experts): gate/up (64, 72) in 2 parts, down (72, 32), and a
-  // tensor-parallel half of gate/up's rows and of down's K.
-  const std::vector<std::int64_t> fixture_rows = {9, 0, 23, 1, 66, 3, 0, 40};
-  t.push_back(make_case("fp8 16x8 fixture gate/up: 2 parts of 32, K 72 (4-byte)", F::Fp8Block, S::F32, fixture_rows, 64, 72, 2, 0, 3));
-  t.back().br = 16;
-  t.back().bc = 8;
-  t.push_back(make_case("fp8 16x8 fixture down: N 72, K 32", F::Fp8Block, S::F32, fixture_rows, 72, 32, 1, 5, 0));
-  t.back().br = 16;
-  t.back().bc = 8;
-  t.push_back(make_case("fp8 16x8 fixture, TP 2: gate/up 2 parts of 16, K 72", F::Fp8Block, S::F32, {4, 17, 0, 70}, 32, 72, 2, 0, 0));
-  t.back().br = 16;
-  t.back().bc = 8;
-  t.push_back(make_case("fp8 16x8 fixture, TP 2: down N 72, K 16", F::Fp8Block, S::F32, {4, 17, 0, 70}, 72, 16, 1, 0, 1));
-  t.back().br = 16;
-  t.back().bc = 8;
-  t.push_back(make_case("fp8 blocks 128x32, phases (100, 8), K 256", F::Fp8Block, S::F32, {70, 5}, 96, 256, 1, 0, 2));
-  t.back().rp = 100;
-  t.back().cp = 8;
-  t.push_back(make_case("fp8 blocks 16x8, K 200 (4-byte copies), N 136", F::Fp8Block, S::F32, {65, 2, 0, 33}, 136, 200, 1, 1, 0));
-  t.back().br = 16;
-  t.back().bc = 8;
-  t.push_back(make_case("fp8 blocks 128x128 at col phase 8 (steps cross), K 320", F::Fp8Block, S::F32, {100}, 130, 320, 1, 0, 0));
-  t.back().cp = 8;
-  t.push_back(make_case("fp8 blocks 40x24, phases (7, 16), K 136 (4-byte), 2 parts", F::Fp8Block, S::F32, {30, 70}, 100, 136, 2, 0, 0));
-  t.back().br = 40;
-  t.back().bc = 24;
-  t.back().rp = 7;
-  t.back().cp = 16;
-  t.push_back(make_case("fp8 blocks 16x192, col phase 136, K 192", F::Fp8Block, S::F32, {33, 64}, 48, 192, 1, 0, 0));
-  t.back().br = 16;
-  t.back().bc = 192;
-  t.back().cp = 136;
-  t.push_back(make_case("bf16: gate/up in 2 parts, K 256", F::Bf16, S::BF16, {50, 50, 0, 77}, 192, 256, 2, 0, 3));
-  t.push_back(make_case("bf16: K 72, N 8, one-row experts", F::Bf16, S::BF16, {1, 1, 1}, 8, 72, 1, 10, 20));
-  // K % 8 != 0 (x rows 4-byte aligned only; x and weights in 4-byte copies): the test fixtures' MoE
-  // down projection (N = hidden 72) at moe_intermediate_size 24 sliced for TP 2 (K 12) and 4 (K 6).
-  t.push_back(make_case("bf16 K 12 (TP 2 down, 4-byte x), fixture rows", F::Bf16, S::BF16, fixture_rows, 72, 12, 1, 5, 3));
-  t.push_back(make_case("bf16 K 6 (TP 4 down, 4-byte x), N 72", F::Bf16, S::BF16, {4, 17, 0, 70, 1}, 72, 6, 1, 3, 2));
-  t.push_back(make_case("bf16 K 12, 2 parts of 12", F::Bf16, S::BF16, {0, 1, 66, 9}, 24, 12, 2, 0, 1));
-  t.push_back(make_case("bf16 K 6, 2 parts of 68 (N 136)", F::Bf16, S::BF16, {0, 1, 65, 7, 0, 2}, 136, 6, 2, 1, 0));
-  t.push_back(make_case("bf16 K 134 (3 steps, 4-byte x), odd N 41", F::Bf16, S::BF16, {30, 1, 0}, 41, 134, 1, 0, 2));
-  t.push_back(make_case("fp8 16x8 K 12 (4-byte x and codes), N 72", F::Fp8Block, S::F32, fixture_rows, 72, 12, 1, 0, 2));
-  t.back().br = 16;
-  t.back().bc = 8;
-  t.push_back(make_case("fp8 16x16 K 12, phases (3, 8), 2 parts of 36", F::Fp8Block, S::F32, {1, 0, 40}, 72, 12, 2, 2, 0));
-  t.back().br = 16;
-  t.back().bc = 16;
-  t.back().rp = 3;
-  t.back().cp = 8;
-  t.push_back(make_case("fp8 128x128 K 20 (4-byte x and codes)", F::Fp8Block, S::F32, {3, 64}, 40, 20, 1, 0, 0));
-  // x 4 bytes past 16-byte alignment, K % 8 != 0: x in 4-byte copies.
-  t.push_back(make_case("bf16 K 12, x 4-byte aligned", F::Bf16, S::BF16, {3, 0, 65}, 40, 12, 2, 0, 1));
-  t.back().x_shift = 2;
-  t.push_back(make_case("fp8 16x8 K 12, x 4-byte aligned", F::Fp8Block, S::F32, {20, 0, 1}, 72, 12, 1, 0, 0));
-  t.back().x_shift = 2;
-  t.back().br = 16;
-  t.back().bc = 8;
-  // The decoders bit for bit: unit x rows.
-  const std::size_t first_one_hot = t.size();
-  t.push_back(make_case("one-hot int4 bf16 scales", F::Int4Group, S::BF16, {0, 128, 64}, 128, 128, 1, 0, 0));
-  t.push_back(make_case("one-hot int4 f16 scales", F::Int4Group, S::F16, {64}, 64, 64, 1, 0, 0));
-  t.push_back(make_case("one-hot int4 f32 scales", F::Int4Group, S::F32, {64}, 64, 64, 1, 0, 0));
-  t.push_back(make_case("one-hot mxfp4 (E8M0 scales 2^-125..2^125)", F::Int4Group, S::E8M0, {0, 128, 64}, 128, 128, 1, 0, 0));
-  t.push_back(make_case("one-hot mxfp4, K 96", F::Int4Group, S::E8M0, {33, 96}, 64, 96, 2, 0, 0));
-  t.push_back(make_case("one-hot fp8 (all 254 codes), blocks 16x64", F::Fp8Block, S::F32, {192}, 128, 192, 1, 0, 0));
-  t.back().br = 16;
-  t.back().bc = 64;
-  t.push_back(make_case("one-hot fp8 (all 254 codes), blocks 16x8, K 72 (4-byte)", F::Fp8Block, S::F32, {80, 72}, 64, 72, 2, 0, 0));
-  t.back().br = 16;
-  t.back().bc = 8;
-  t.push_back(make_case("one-hot fp8 (all 254 codes), 8x16 at phases (3, 8)", F::Fp8Block, S::F32, {160}, 128, 160, 1, 0, 0));
-  t.back().br = 8;
-  t.back().bc = 16;
-  t.back().rp = 3;
-  t.back().cp = 8;
-  t.push_back(make_case("one-hot bf16", F::Bf16, S::BF16, {64}, 64, 64, 1, 0, 0));
-  t.push_back(make_case("one-hot bf16 K 6 (4-byte x), 2 parts of 36", F::Bf16, S::BF16, {20, 0, 1, 45}, 72, 6, 2, 0, 0));
-  t.push_back(make_case("one-hot fp8 16x8 K 12 (4-byte x)", F::Fp8Block, S::F32, {70}, 64, 12, 1, 0, 0));
-  t.back().br = 16;
-  t.back().bc = 8;
-  for (std::size_t i = first_one_hot; i < t.size(); ++i) t[i].one_hot = true;
-  return t;
-}
-
 // `f` must throw a layertap::Error whose message holds `needle`.
 template <class F>
 int expect_error(const char* what, const char* needle, F&& f) {
@@ -558,15 +398,9 @@ int argument_checks() {
 
 }  // namespace
 
-int main() {
-  const int host = argument_checks();
-  return run_kernel_test(host, [](cudaStream_t stream) {
-    const auto t0 = std::chrono::steady_clock::now();
-    int failures = 0;
-    std::uint64_t seed = 3401;
-    for (const Case& c : cases()) failures += run_case(c, seed++, stream);
-    std::printf("%zu cases in %.1f s\n", cases().size(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return failures;
-  });
-}
+namespace layertap::gpu_test::ops {
+
+int run(const GroupedGemm& c, std::uint64_t seed, cudaStream_t stream) { return run_case(c, seed, stream); }
+int grouped_gemm_host_checks() { return argument_checks(); }
+
+}  // namespace layertap::gpu_test::ops

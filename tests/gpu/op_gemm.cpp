@@ -1,7 +1,7 @@
 // src/backend/cuda/gemm (cuBLASLt, bf16 in/out, float32 accumulation, bias epilogue) against a
 // float64 host product of the same bf16 operands, at odd and model-sized shapes, with and without
 // bias, with aligned and deliberately misaligned operands (a bias with misaligned ones is refused).
-// Exit 77 without a GPU.
+// Rows: op_cases.cpp.
 //
 // Tolerance, a bound per element: float32 accumulation of K products contributes at most
 // K * 2^-24 * sum_k |x_k w_k| (Higham's gamma_K; the products of bf16 values are exact), and the
@@ -20,16 +20,13 @@
 #include "backend/cuda/gemm.hpp"
 #include "gpu_compare.hpp"
 #include "gpu_test.hpp"
+#include "op_table.hpp"
 
 namespace {
 
 using namespace layertap::gpu_test;
 
-struct Case {
-  std::int64_t T, N, K;
-  bool bias;
-  std::int64_t misalign;  // elements added to the x and y pointers (0: 256-byte aligned)
-};
+using Case = layertap::gpu_test::ops::Gemm;
 
 int run_case(layertap::cuda::Gemm& gemm, const Case& c, std::uint64_t seed, cudaStream_t stream) {
   std::mt19937_64 rng(seed);
@@ -113,21 +110,18 @@ int refuses_misaligned_bias(layertap::cuda::Gemm& gemm, cudaStream_t stream) {
 
 }  // namespace
 
-int main() {
-  return layertap::gpu_test::run_kernel_test(0, [](cudaStream_t stream) {
-    int failures = 0;
-    layertap::cuda::DeviceMemory ws(layertap::cuda::Gemm::kWorkspaceBytes);
-    layertap::cuda::Gemm gemm(ws.data(), ws.bytes());
-    const std::vector<Case> cases = {
-        {1, 8, 8, false, 0},        {7, 100, 72, false, 0},      {7, 100, 72, true, 0},     // odd fixture sizes
-        {33, 180, 60, true, 0},     {61, 72, 100, false, 0},     {19, 216, 72, true, 0},    // qwen2 qkv with bias
-        {5, 30, 17, false, 1},      {130, 64, 56, false, 3},                               // misaligned x and y
-        {257, 6144, 4096, false, 0}, {1000, 4096, 4096, true, 0}, {512, 28672, 4096, false, 0},  // Llama-3-8B
-        {512, 4096, 14336, false, 0}, {4097, 1024, 512, false, 0},
-    };
-    std::uint64_t seed = 11001;
-    for (const Case& c : cases) failures += run_case(gemm, c, seed++, stream);
-    failures += refuses_misaligned_bias(gemm, stream);
-    return failures;
-  });
+namespace layertap::gpu_test::ops {
+
+int run(const Gemm& c, std::uint64_t seed, cudaStream_t stream) {
+  layertap::cuda::DeviceMemory ws(layertap::cuda::Gemm::kWorkspaceBytes);
+  layertap::cuda::Gemm gemm(ws.data(), ws.bytes());
+  return run_case(gemm, c, seed, stream);
 }
+
+int gemm_device_checks(cudaStream_t stream) {
+  layertap::cuda::DeviceMemory ws(layertap::cuda::Gemm::kWorkspaceBytes);
+  layertap::cuda::Gemm gemm(ws.data(), ws.bytes());
+  return refuses_misaligned_bias(gemm, stream);
+}
+
+}  // namespace layertap::gpu_test::ops
