@@ -15,8 +15,9 @@
 // forced to the float32 reference's choices (computed here by a float32 forward with the CPU
 // backend's parts, itself checked against the reference), which tests every kernel, product,
 // layout and all-reduce of the forward; the routing kernel is held to route_token exactly in
-// test_moe, and route_token to cpu::route bit for bit in test_cuda_moe_host. The free-running
-// forward (the GPU's own routing) is run and printed, and must be finite.
+// the op table (moe_route rows, op_moe.cpp), and route_token to cpu::route bit for bit in
+// test_cuda_moe_host. The free-running forward (the GPU's own routing) is run and printed, and
+// must be finite.
 //
 // Tolerance of the golden comparison (relative Frobenius error per sample and capture point):
 //   point 0, the embedding output: the float32 embedding rounded to bf16 once, so every element
@@ -711,7 +712,7 @@ int synthetic_moe() {
 // ---------------------------------------------------------------------------------------------
 // The flash kernel against the reference kernel in a whole model (random weights, seeded). The
 // kernels differ by the flash kernel's bf16 probabilities (<= 2^-8 v_max per attention output
-// element, see test_attention.cpp); from there the two bf16 pipelines round differently, so they
+// element, see op_attention.cpp); from there the two bf16 pipelines round differently, so they
 // can drift apart by as much as either is from the exact result: the golden bound, kStateBound.
 
 ModelConfig synthetic_config(int64_t hd, bool qk_norm, int64_t window) {
