@@ -171,16 +171,17 @@ RopeConfig parse_rope(const JsonFields& j, int64_t max_position_embeddings, doub
 }
 
 // transformers' int(head_dim * partial_rotary_factor), the factor in the rope dict or at the top
-// level; even and positive. A family whose attention rotates whole heads (fallback 1) refuses any
-// other factor: its transformers code would not run it.
-int64_t rotary_dim(const JsonFields& j, int64_t head_dim, double fallback, const std::string& architecture) {
+// level; even and positive. `rotatable`: each head's dims RoPE may rotate (GQA's head_dim, MLA's
+// qk_rope_head_dim). A family whose attention rotates whole heads (fallback 1; MLA's among them)
+// refuses any other factor: its transformers code would not run it.
+int64_t rotary_dim(const JsonFields& j, int64_t rotatable, double fallback, const std::string& architecture) {
   const JsonFields p = rope_dict(j);
   const double partial = p.number_or("partial_rotary_factor", j.number_or("partial_rotary_factor", fallback, kPositive),
                                      {0, 1, true});
   LT_CHECK(fallback != 1.0 || partial == 1.0, j.where(), ": partial_rotary_factor ", partial,
            " is not supported for ", architecture);
-  const auto dim = int64_t(double(head_dim) * partial);
-  LT_CHECK(dim >= 2 && dim % 2 == 0, j.where(), ": partial_rotary_factor ", partial, " of head_dim ", head_dim,
+  const auto dim = int64_t(double(rotatable) * partial);
+  LT_CHECK(dim >= 2 && dim % 2 == 0, j.where(), ": partial_rotary_factor ", partial, " of head_dim ", rotatable,
            " rotates ", dim, " dims; RoPE needs an even number, at least 2");
   return dim;
 }
@@ -522,18 +523,17 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
 
   if (family.attention == Attention::Mla) {
+    // head_dim stays 0: it is GQA's (config.json's head_dim, transformers' rope dim, is not read).
     c.mla = parse_mla(j, c);
-    c.head_dim = c.mla->qk_rope_head_dim;  // what transformers' DeepseekV3Config sets, the rope dim
-  } else if (j.has("head_dim") || family.gemma3) {
-    c.head_dim = j.integer_or("head_dim", 256, 2, kMaxWidth);  // Gemma3TextConfig's default
   } else {
-    LT_CHECK(c.hidden_size % c.num_heads == 0, j.where(), ": hidden_size ", c.hidden_size,
-             " is not divisible by num_attention_heads ", c.num_heads, " and head_dim is not given");
-    c.head_dim = c.hidden_size / c.num_heads;
-  }
-  LT_CHECK(c.head_dim % 2 == 0, j.where(), ": head_dim ", c.head_dim, " must be even");
-
-  if (family.attention == Attention::Gqa) {
+    if (j.has("head_dim") || family.gemma3) {
+      c.head_dim = j.integer_or("head_dim", 256, 2, kMaxWidth);  // Gemma3TextConfig's default
+    } else {
+      LT_CHECK(c.hidden_size % c.num_heads == 0, j.where(), ": hidden_size ", c.hidden_size,
+               " is not divisible by num_attention_heads ", c.num_heads, " and head_dim is not given");
+      c.head_dim = c.hidden_size / c.num_heads;
+    }
+    LT_CHECK(c.head_dim % 2 == 0, j.where(), ": head_dim ", c.head_dim, " must be even");
     const bool attention_bias = j.boolean_or("attention_bias", false);
     c.qkv_bias = attention_bias || family.bias == Bias::QkvAlways;
     c.o_bias = attention_bias && family.bias == Bias::QkvO;
@@ -541,7 +541,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     c.qk_norm = family.qk_norm == QkNorm::Always ||
                 (family.qk_norm == QkNorm::WhenUseQkNorm && j.boolean_or("use_qk_norm", false));
   }
-  c.rotary_dim = rotary_dim(j, c.head_dim, family.partial_rotary_default, c.architecture);
+  c.rotary_dim = rotary_dim(j, c.mla ? c.mla->qk_rope_head_dim : c.head_dim, family.partial_rotary_default,
+                            c.architecture);
   // Every layer the model's RoPE, no window or chunk, dense until the family's parse says otherwise.
   c.layers.assign(std::size_t(c.num_layers), LayerConfig{.rope = c.rope});
   switch (family.ffn) {

@@ -116,9 +116,10 @@ struct ModelConfig {
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;  // GQA; for MLA the rope head dim
-  // The leading dims of each head that RoPE rotates (rotate_half within them; the rest pass
-  // through): head_dim, or head_dim * partial_rotary_factor (GLM-4.5).
+  int64_t head_dim = 0;  // GQA's; 0 under MLA, whose head dims are in `mla`
+  // The leading dims of each head's rotated part that RoPE rotates (rotate_half or pairs within
+  // them; the rest pass through). GQA: head_dim, or head_dim * partial_rotary_factor (GLM-4.5);
+  // MLA: mla->qk_rope_head_dim, all of each head's rope part.
   int64_t rotary_dim = 0;
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
@@ -165,10 +166,12 @@ struct ModelConfig {
   int64_t media_placeholder_token_id = -1;
   QuantConfig quant;
 
+  // GQA's q_proj and k_proj/v_proj output widths (0 under MLA).
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   bool is_moe_layer(int64_t i) const { return moe && layers[std::size_t(i)].moe; }
-  // The GQA softmax scale, in float as transformers' eager attention applies it.
+  // The GQA softmax scale, in float as transformers' eager attention applies it (MLA's is
+  // MlaConfig::softmax_scale).
   float attention_scale() const;
 };
 

@@ -330,6 +330,11 @@ void synthetic_models() {
             s.shared_inter == 256 && s.inter == 2304 && s.packed.size() == 60 * 48 * 3,
         cat("kimi-k2.5 rank 0 of 8: 8 heads, experts 0..47, shared slice 256, dense slice 2304, ", s.packed.size(),
             " INT4 Linears"));
+  // MLA: no GQA head dim; RoPE's table rows are the rope dim's half.
+  check(s.head_dim == 0 && s.q_dim() == 0 && s.qkv_dim() == 0 && s.rope_dim == 64 && s.rope_freqs() == 32 &&
+            s.mla_qk() == 192 && s.v_dim == 128,
+        cat("kimi-k2.5 rank 0 of 8: head_dim ", s.head_dim, ", rope dim ", s.rope_dim, ", ", s.rope_freqs(),
+            " frequencies per layer"));
   cuda::CudaBackendOptions o;
   o.max_batch_tokens = 16384;
   o.max_capture_points = 4;
@@ -372,6 +377,8 @@ void synthetic_models() {
             double(qp.weight_bytes) / gib > 55 && double(qp.weight_bytes) / gib < 60,
         cat("qwen3-30b-a3b on one GPU: 48 MoE layers of 128 experts, bf16 weights ", double(qp.weight_bytes) / gib,
             " GiB"));
+  check(q.head_dim == 128 && q.rope_freqs() == 64, cat("qwen3-30b-a3b: head_dim ", q.head_dim, ", ", q.rope_freqs(),
+                                                        " frequencies per layer"));
   const ModelConfig v3 = synthetic_model_config("deepseek-v3");
   const cuda::LocalShape d = cuda::LocalShape::of(v3, {1, 8}, cuda::PackedSource::Config);
   check(d.packed.size() == std::size_t(61 * 5 + 3 * 3 + 58 * (32 * 3 + 3)) && d.first_expert == 32,

@@ -392,7 +392,8 @@ TEST(HfConfigMoe, DeepseekV3NativeConfig) {
   EXPECT_EQ(c.mla->qk_rope_head_dim, 8);
   EXPECT_EQ(c.mla->v_head_dim, 12);
   EXPECT_TRUE(c.mla->rope_interleave);
-  EXPECT_EQ(c.head_dim, 8);  // the rope dim, as transformers sets it
+  EXPECT_EQ(c.head_dim, 0);  // GQA's; config.json's 8 (the rope dim) is not read
+  EXPECT_EQ(c.rotary_dim, 8);  // all of the rope part
   // YaRN from rope_parameters: mscale == mscale_all_dim, so cos/sin are not scaled.
   EXPECT_EQ(c.rope.type, RopeConfig::Type::Yarn);
   EXPECT_EQ(c.rope.theta, 10000.0);
@@ -419,6 +420,24 @@ TEST(HfConfigMoe, DeepseekV3NativeConfig) {
   EXPECT_EQ(moe_layers(c), (std::vector<bool>{false, true, true, true}));  // first_k_dense_replace 1
   EXPECT_FALSE(c.is_moe_layer(0));
   EXPECT_TRUE(c.is_moe_layer(3));
+}
+
+// head_dim is GQA's: under MLA it is 0 whatever config.json says, so no GQA width (q_dim, kv_dim)
+// reads an MLA dim; RoPE's dims come from the MlaConfig.
+TEST(HfConfigMoe, MlaLeavesHeadDimZero) {
+  const std::string ds = fixture_config("deepseek_v3");
+  for (const std::string& text : {ds, with(ds, R"("head_dim": 8,)", R"("head_dim": 7,)"),
+                                  with(ds, R"("head_dim": 8,)", ""), fixture_config("kimi_k2")}) {
+    const ModelConfig c = parse_model_config(text, "c");
+    ASSERT_TRUE(c.mla);
+    EXPECT_EQ(c.head_dim, 0);
+    EXPECT_EQ(c.q_dim(), 0);
+    EXPECT_EQ(c.kv_dim(), 0);
+    EXPECT_EQ(c.rotary_dim, c.mla->qk_rope_head_dim);
+  }
+  EXPECT_EQ(parse_model_config(with(ds, R"("qk_rope_head_dim": 8)", R"("qk_rope_head_dim": 12)"), "c").rotary_dim, 12);
+  EXPECT_TRUE(has(error_of(with(ds, R"("head_dim": 8,)", R"("head_dim": 8, "partial_rotary_factor": 0.5,)")),
+                  "partial_rotary_factor 0.5 is not supported for DeepseekV3ForCausalLM"));
 }
 
 TEST(HfConfigMoe, KimiK2RealConfigYarnAttentionFactor) {

@@ -18,9 +18,12 @@ std::vector<std::optional<cpu::Rope>> layer_ropes(const ModelConfig& c) {
   const auto layout = interleaved ? cpu::Rope::Layout::Interleaved : cpu::Rope::Layout::HalfSplit;
   LT_CHECK(int64_t(c.layers.size()) == c.num_layers, "config holds ", c.layers.size(), " layer entries for ",
            c.num_layers, " layers");
+  // Each head's values in the rows RoPE is applied to: GQA's q/k heads (their first rotary_dim
+  // rotate), MLA's gathered rope parts (all rotate).
+  const int64_t span = c.mla ? c.mla->qk_rope_head_dim : c.head_dim;
   std::vector<std::optional<cpu::Rope>> ropes(c.layers.size());
   for (std::size_t i = 0; i < ropes.size(); ++i)
-    if (c.layers[i].rope) ropes[i].emplace(*c.layers[i].rope, c.rotary_dim, layout, c.head_dim);
+    if (c.layers[i].rope) ropes[i].emplace(*c.layers[i].rope, c.rotary_dim, layout, span);
   return ropes;
 }
 }  // namespace

@@ -122,9 +122,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, DeviceAllReduce& comm, CudaB
   max_kept_ = max_kept_positions(options_);
   ws_.emplace(shape_, WorkspaceSize{options_.max_batch_tokens, options_.max_capture_points, max_kept_});
   if (shape_.experts_grouped) grouped_.emplace(*weights_, shape_, ws_->expert_parts);
-  // Each layer's frequencies and YaRN factor as the CPU backend's, bit for bit (over the rotary
-  // dims; MLA: the rope dims): (L, hd/2). A NoPE layer's stay 0 and 1, unread.
-  const std::int64_t half = shape_.head_dim / 2;
+  // Each layer's frequencies and YaRN factor as the CPU backend's, bit for bit (rotary_dim / 2 of
+  // each row; MLA: all rope_dim / 2): (L, rope_freqs()). A NoPE layer's stay 0 and 1, unread.
+  const std::int64_t half = shape_.rope_freqs();
   std::vector<float> freqs(std::size_t(shape_.layers * half), 0.0f);
   rope_attention_factor_.assign(std::size_t(shape_.layers), 1.0f);
   for (std::int64_t i = 0; i < shape_.layers; ++i) {

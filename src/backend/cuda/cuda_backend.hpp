@@ -110,7 +110,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<CaptureStager> stager_;
   std::vector<float> rope_attention_factor_;  // [L] YaRN's factor on cos and sin; 1 otherwise
-  const float* inv_freq(std::int64_t layer) const { return ws_->inv_freq + layer * (shape_.head_dim / 2); }
+  const float* inv_freq(std::int64_t layer) const { return ws_->inv_freq + layer * shape_.rope_freqs(); }
   bool routing_skew_ = false;  // this forward adds the probe's routing skew (ws_->logit_offset)
   // Chunked prefill (model/packed_batch.hpp). The current batch's keys follow `kept` rows of the
   // sample in flight (its first segment continues at position `kept`); with `keep`, its rows from

@@ -418,7 +418,7 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
   DeviceWeights w;
   Arena arena(image.data(), image.size());
   w.place(arena, nullptr, Sizes{}, s);
-  const std::int64_t H = s.hidden, hd = s.head_dim;
+  const std::int64_t H = s.hidden;
   Upload().add(host.embed, s.vocab * H, "embed_tokens").to(w.embed);
   Upload().add(host.final_norm, H, "norm").to(w.final_norm);
   for (std::size_t i = 0; i < host.layers.size(); ++i) {
@@ -437,8 +437,8 @@ std::vector<std::byte> DeviceWeights::reference_image(const LocalShape& s, const
       LT_CHECK(a.heads == s.heads && a.kv_heads == s.kv_heads, "cuda backend: ", p, "self_attn holds ", a.heads,
                " query and ", a.kv_heads, " kv heads, this rank's shape ", s.heads, " and ", s.kv_heads);
       if (s.qk_norm) {
-        Upload().add(a.q_norm, hd, p + "self_attn.q_norm").to(dl.q_norm);
-        Upload().add(a.k_norm, hd, p + "self_attn.k_norm").to(dl.k_norm);
+        Upload().add(a.q_norm, s.head_dim, p + "self_attn.q_norm").to(dl.q_norm);
+        Upload().add(a.k_norm, s.head_dim, p + "self_attn.k_norm").to(dl.k_norm);
       }
       if (s.sinks) {
         const std::size_t n = a.sinks ? a.sinks->size() : 0;
@@ -605,7 +605,7 @@ DeviceWeights DeviceWeights::random(const LocalShape& s, std::uint64_t seed, cud
     if (!l.packed) fill(l.w, l.out * l.in, 0.0f, std::sqrt(3.0f / static_cast<float>(l.in)));
     fill(l.b, l.out, 0.0f, 0.1f);
   };
-  const std::int64_t H = s.hidden, hd = s.head_dim;
+  const std::int64_t H = s.hidden;
   fill(w.embed, s.vocab * H, 0.0f, 1.0f);
   fill(w.final_norm, H, 1.0f, 0.1f);
   for (const DeviceLayer& l : w.layers) {
@@ -614,8 +614,8 @@ DeviceWeights DeviceWeights::random(const LocalShape& s, std::uint64_t seed, cud
     fill(l.post_attn_norm, H, 1.0f, 0.1f);
     fill(l.post_ffn_norm, H, 1.0f, 0.1f);
     if (!s.mla) {
-      fill(l.q_norm, hd, 1.0f, 0.1f);
-      fill(l.k_norm, hd, 1.0f, 0.1f);
+      fill(l.q_norm, s.head_dim, 1.0f, 0.1f);
+      fill(l.k_norm, s.head_dim, 1.0f, 0.1f);
       linear(l.qkv);
       linear(l.o);
     } else {

@@ -94,7 +94,6 @@ LocalShape LocalShape::of(const ModelConfig& c, const TpShard& s, PackedSource p
     l.rope_interleave = m.rope_interleave;
     l.mla_bias = m.bias;
     l.softmax_scale = float(m.softmax_scale);
-    l.head_dim = m.qk_rope_head_dim;
   }
   l.moe_layer.assign(std::size_t(c.num_layers), false);
   for (std::int64_t i = 0; i < c.num_layers; ++i) l.moe_layer[std::size_t(i)] = c.is_moe_layer(i);

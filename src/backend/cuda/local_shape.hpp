@@ -38,7 +38,7 @@ enum class PackedSource {
 };
 
 struct LocalShape {
-  std::int64_t hidden = 0, layers = 0, vocab = 0, head_dim = 0;  // head_dim: GQA's; MLA's rope dim
+  std::int64_t hidden = 0, layers = 0, vocab = 0, head_dim = 0;  // head_dim: GQA's; 0 under MLA
   std::int64_t heads = 0, kv_heads = 0, inter = 0;  // this rank's query heads, kv heads, dense intermediate size
   bool qkv_bias = false;   // q/k/v biases (Qwen2, Llama attention_bias)
   bool o_bias = false;     // o_proj bias, on TP rank 0 only (added once, before the all-reduce)
@@ -82,9 +82,13 @@ struct LocalShape {
   ModelConfig config;
   TpShard shard;
 
+  // GQA's widths of this rank's attention output and fused q|k|v rows (0 under MLA).
   std::int64_t q_dim() const { return heads * head_dim; }
   std::int64_t qkv_dim() const { return (heads + 2 * kv_heads) * head_dim; }
   std::int64_t mla_qk() const { return nope + rope_dim; }
+  // A layer's row of the inv_freq table (Workspace::inv_freq, [layers, rope_freqs()]): half the
+  // dims a head's RoPE spans, GQA's head_dim (its first rotary_dim rotate) or MLA's rope_dim.
+  std::int64_t rope_freqs() const { return (mla ? rope_dim : head_dim) / 2; }
   bool any_moe() const;
   // MoE layers before layer `layer` (a MoE layer's index among them; moe_layers_before(layers): all).
   std::int64_t moe_layers_before(std::int64_t layer) const;

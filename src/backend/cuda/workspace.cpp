@@ -62,7 +62,7 @@ void layout(Arena& dev, Arena& host, const LocalShape& s, const WorkspaceSize& s
   b.snapshots = dev.take<bf16>({P, Tm, H});
   b.meta = dev.take<std::int32_t>(meta);
   b.bad_token = dev.take<std::int32_t>(1);
-  b.inv_freq = dev.take<float>({s.layers, s.head_dim / 2});  // each layer's RoPE (LayerConfig::rope)
+  b.inv_freq = dev.take<float>({s.layers, s.rope_freqs()});  // each layer's RoPE (LayerConfig::rope)
   b.gemm = dev.take<std::byte>(std::int64_t(Gemm::kWorkspaceBytes));
   b.host_meta = host.take<std::int32_t>(meta);
   b.host_bad_token = host.take<std::int32_t>(1);

@@ -61,7 +61,7 @@ struct WorkspaceBuffers {
   __nv_bfloat16* snapshots = nullptr;  // (P, Tm, H) copies of captured states the next layers overwrite
   std::int32_t* meta = nullptr;        // (meta_ints) this batch's ids | pos | tiles, packed from the front
   std::int32_t* bad_token = nullptr;   // (1) first batch position with an id outside the vocabulary
-  float* inv_freq = nullptr;           // (L, hd/2) each layer's RoPE frequencies (MLA: rope dim / 2)
+  float* inv_freq = nullptr;           // (L, LocalShape::rope_freqs()) each layer's RoPE frequencies
   std::byte* gemm = nullptr;           // (Gemm::kWorkspaceBytes) cuBLASLt workspace
   // Pinned host:
   std::int32_t* host_meta = nullptr;      // (meta_ints) staging for one host-to-device copy
