@@ -26,9 +26,8 @@ class CpuBackendChoice final : public BackendChoice {
   // rows of the widest layer part, in float32).
   HostPlan host_plan(const RankLoad& load) const override {
     const ModelConfig& c = cfg_;
-    // The attention's term: GQA's query row; MLA's counts its heads' rope dims only (its q rows are
-    // num_heads * qk_head_dim wide).
-    const int64_t queries = c.mla ? c.num_heads * c.mla->qk_rope_head_dim : c.q_dim();
+    // The attention's term: the query row (MLA's heads are qk_head_dim = nope + rope wide).
+    const int64_t queries = c.mla ? c.num_heads * c.mla->qk_head_dim() : c.q_dim();
     const int64_t widest = std::max({c.hidden_size, c.intermediate_size / shard_.size, queries / shard_.size,
                                      c.moe ? c.moe->expert_intermediate_size * c.moe->experts_per_token : 0});
     const int64_t row = checked_add(checked_mul(load.capture_points, c.hidden_size, "activations"),
