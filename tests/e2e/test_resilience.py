@@ -108,13 +108,13 @@ class Resilience(unittest.TestCase):
                       f"in {time.monotonic() - t0:.1f} s")
 
     def stop_with_signal(self, sig, out, rank_to_signal):
-        """Starts a run slowed to 100 ms a batch (a delay failpoint: about 60 batches per rank, so at
-        least 6 s however fast the machine), sends `sig` to one rank once it makes progress; returns
+        """Starts a run slowed to 250 ms a batch (a delay failpoint: about 60 batches per rank, so at
+        least 15 s however fast the machine), sends `sig` to one rank once it makes progress; returns
         the exit code."""
         data = self.data
         cmd = self.command(2, out, ["--progress-seconds", "0.1", "--threads", "1"], data=data, log_level="info")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=dict(ENV, LAYERTAP_FAILPOINT="forward:1:delay=100"))
+                                env=dict(ENV, LAYERTAP_FAILPOINT="forward:1:delay=250"))
         log = []
         deadline = time.monotonic() + 120
         for line in proc.stdout:
@@ -170,6 +170,22 @@ class Resilience(unittest.TestCase):
                     return proc, log
             self.fail("no progress line:\n" + "".join(log))
 
+        def wait_taken(pid, sig):
+            """Until no `sig` is pending for the process: its handler has taken it. Two signals of
+            one kind sent before the first is taken merge into one (a busy machine can leave the
+            process unscheduled for longer than the test waits between them)."""
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    with open(f"/proc/{pid}/status") as f:
+                        pending = next(int(l.split()[1], 16) for l in f if l.startswith("ShdPnd:"))
+                except FileNotFoundError:
+                    return  # already ended
+                if not pending & (1 << (sig - 1)):
+                    return
+                time.sleep(0.005)
+            self.fail(f"{sig.name} still pending after 30 s")
+
         def finish(proc, log):
             rest, _ = proc.communicate(timeout=120)
             return "".join(log) + rest
@@ -195,16 +211,18 @@ class Resilience(unittest.TestCase):
         for name, signals, expected in cases:
             with self.subTest(ctrl_c=name):
                 out = self.tmp / f"ctrl-c-{name.replace(' ', '-')}"
-                # Once: batches of 100 ms (a delay failpoint), 12 s in all. Twice: batches of a second;
-                # both signals come well inside the batch after the progress line, so the second
-                # surely finds the first one's stop waiting for the batch in flight.
+                # Once: batches of 250 ms (a delay failpoint), 30 s in all. Twice: batches of two
+                # seconds; both signals come well inside the batch after the progress line, the
+                # second once the first has been taken, so the second surely finds the first one's
+                # stop waiting for the batch in flight.
                 proc, log = start([str(out) if a == "OUT" else a for a in single],
-                                  "forward:1:delay=100" if len(signals) == 1 else "forward:1:delay=1000")
+                                  "forward:1:delay=250" if len(signals) == 1 else "forward:1:delay=2000")
                 if len(signals) > 1:
                     time.sleep(0.2)
                 sent = time.monotonic()
                 for i, sig in enumerate(signals):
                     if i:
+                        wait_taken(proc.pid, signals[i - 1])
                         time.sleep(0.05)
                     os.killpg(proc.pid, sig)
                 log = finish(proc, log)
