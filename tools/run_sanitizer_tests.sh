@@ -87,10 +87,11 @@ if [ "${SAN_SKIP_TESTS:-0}" != 1 ]; then
   # environment).
   export LAYERTAP_SIM_DEVICES=0
   # Labels run: unit, golden, io (under a minute), then e2e (the CLI through the Python
-  # scripts, including e2e_distributed/e2e_moe/e2e_resilience/e2e_hostile_inputs under mpirun)
-  # and mpi (tests/mpi under mpirun): about 9 minutes on 2 cores, e2e_resilience (RUN_SERIAL)
-  # the longest at 3.5. Left out: slurm (a throw-away Slurm cluster around the same binary the
-  # e2e tests run; munge/slurmd start-up dominates it) and gpu (no CUDA in this build).
+  # scripts, including e2e_distributed/e2e_moe/e2e_resilience.*/e2e_hostile_inputs under mpirun)
+  # and mpi (tests/mpi under mpirun): about 13 minutes on 2 cores shared with other builds, the
+  # two e2e_resilience parts (side by side) the longest at about 5 each. Left out: slurm (a
+  # throw-away Slurm cluster around the same binary the e2e tests run; munge/slurmd start-up
+  # dominates it) and gpu (no CUDA in this build).
   t0=$SECONDS
   if ! ctest --test-dir "$san_build" --output-on-failure -j "$jobs" -L '^(unit|golden|io)$' -LE '^(slurm|gpu)$'; then
     failed+=("ASan/UBSan unit/golden/io tests (${san_build})")

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,10 @@ layertap::LogLevel parse_level(const std::string& s) {
   LT_FAIL("unknown --log-level '", s, "' (debug, info, warning, error)");
 }
 
-int run(int argc, char** argv, const layertap::MpiEnv& mpi) {
+// Only extract runs under MPI: `mpi` is started there (inspect, verify, bench, --help and --version
+// are single-process tools and do without MPI's start-up, which forks a daemon when there is no
+// mpirun).
+int run(int& argc, char**& argv, std::optional<layertap::MpiEnv>& mpi) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage;
@@ -59,11 +63,13 @@ int run(int argc, char** argv, const layertap::MpiEnv& mpi) {
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "extract") {
+    mpi.emplace(argc, argv);
+    if (mpi->size() > 1) layertap::set_log_rank(mpi->rank());
     layertap::ExtractOptions opts;
     if (layertap::parse_extract_options(rest, opts) == layertap::ParseOutcome::Exit) return 0;
     layertap::set_log_level(parse_level(opts.log_level));
     opts.command = quote_command(argc, argv);
-    return layertap::job::run_extract(opts, mpi);
+    return layertap::job::run_extract(opts, *mpi);
   }
   if (args[0] == "inspect") {
     if (rest.size() == 1 && (rest[0] == "--help" || rest[0] == "-h")) {
@@ -92,19 +98,18 @@ int run(int argc, char** argv, const layertap::MpiEnv& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  layertap::MpiEnv mpi(argc, argv);
-  if (mpi.size() > 1) layertap::set_log_rank(mpi.rank());
+  std::optional<layertap::MpiEnv> mpi;
   try {
     return run(argc, argv, mpi);
   } catch (const layertap::Stopped& e) {
     // A stop signal before the batch loop: nothing was written; every rank ends with the stop code.
     layertap::log_warn(e.what());
-    if (mpi.size() > 1) mpi.abort(layertap::kExitInterrupted);
+    if (mpi && mpi->size() > 1) mpi->abort(layertap::kExitInterrupted);
     return layertap::kExitInterrupted;
   } catch (const std::exception& e) {
     layertap::log_error(e.what());
     // Every rank must stop: abort the job rather than leave peers waiting in a collective.
-    if (mpi.size() > 1) mpi.abort(1);
+    if (mpi && mpi->size() > 1) mpi->abort(1);
     return 1;
   }
 }

@@ -1,4 +1,5 @@
-// MPI for the life of the process (RAII). A binary started without mpirun runs as a world of one.
+// MPI from construction to the end of the process (RAII; `layertap extract` starts it, the other
+// commands run without MPI). A binary started without mpirun runs as a world of one.
 #pragma once
 
 namespace layertap {

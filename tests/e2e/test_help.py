@@ -9,6 +9,7 @@
   - README.md and docs/*.md: every --option written after `layertap <command>` on a line is one
     that command's help lists (a doc that shows a removed or misspelt option fails here).
 """
+import functools
 import re
 import subprocess
 import unittest
@@ -19,6 +20,7 @@ from e2e_common import ARGS, run_tests
 OPTION = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
 
 
+@functools.cache  # each command's help is read once (a layertap start costs an MPI start-up)
 def help_text(*cmd):
     r = subprocess.run([ARGS.layertap, *cmd, "--help"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -30,12 +32,13 @@ def table_options(text):
     return set(re.findall(r"^\s+(?:-\w \[ )?--([a-z][a-z0-9-]*)", text, re.M))
 
 
+@functools.cache
 def commands():
     names = ["extract", "inspect", "verify"]
     # bench is listed everywhere but runs in CUDA builds only.
     if subprocess.run([ARGS.layertap, "bench", "--help"], capture_output=True).returncode == 0:
         names.append("bench")
-    return names
+    return tuple(names)
 
 
 class Help(unittest.TestCase):

@@ -14,6 +14,9 @@
 - resume trusts only what checks out: lying progress records, entries outside the output directory,
   complete runs whose shards were truncated or deleted are recomputed, never listed as done.
 All runs are seeded and bounded in time.
+
+The tests run in two parts, two ctest entries side by side (tests/e2e/CMakeLists.txt: --part resume,
+--part signals); without --part, all of them run.
 """
 import json
 import os
@@ -32,6 +35,14 @@ from e2e_common import ARGS, ENV, read_output, run_tests, write_dataset
 
 COMMON = ["--store-dtype", "float32", "--max-batch-tokens", "512", "--shard-size-mib", "1"]
 
+# Every test is in exactly one part (load_tests checks it, so a new test cannot go unrun).
+PARTS = {
+    "resume": ["test_kill_and_resume", "test_resume_keeps_only_what_checks_out",
+               "test_disk_full_keeps_complete_shards_and_resumes"],
+    "signals": ["test_sigterm_and_sigusr1_stop_gracefully_and_resume", "test_ctrl_c",
+                "test_resume_with_different_settings_is_refused", "test_nonfinite_states_fail_or_are_skipped"],
+}
+
 
 class Resilience(unittest.TestCase):
     @classmethod
@@ -42,9 +53,15 @@ class Resilience(unittest.TestCase):
         cls.data = cls.tmp / "data.jsonl"
         write_dataset(cls.data, 400, seed=5)
         cls.reference = cls.tmp / "reference"
-        p = cls.run_job(1, cls.reference, [])
-        assert p.returncode == 0, p.stderr
-        cls.ref_manifest, cls.ref = read_output(cls.reference)
+        cls.ref = None  # the uninterrupted run of cls.data, made by the first test that needs it
+
+    @classmethod
+    def reference_samples(cls):
+        if cls.ref is None:
+            p = cls.run_job(1, cls.reference, [])
+            assert p.returncode == 0, p.stderr
+            _, cls.ref = read_output(cls.reference)
+        return cls.ref
 
     @classmethod
     def tearDownClass(cls):
@@ -63,10 +80,11 @@ class Resilience(unittest.TestCase):
                               timeout=timeout)
 
     def assert_same_as_reference(self, out):
+        ref = self.reference_samples()
         manifest, got = read_output(out)
         self.assertTrue(manifest["complete"])
-        self.assertEqual([g[0] for g in got], [r[0] for r in self.ref], "samples lost, duplicated or reordered")
-        for (idx, ids, mask, hs), (_, rids, rmask, rhs) in zip(got, self.ref):
+        self.assertEqual([g[0] for g in got], [r[0] for r in ref], "samples lost, duplicated or reordered")
+        for (idx, ids, mask, hs), (_, rids, rmask, rhs) in zip(got, ref):
             np.testing.assert_array_equal(ids, rids)
             np.testing.assert_array_equal(mask, rmask)
             err = np.linalg.norm(hs.astype(np.float64) - rhs) / np.linalg.norm(rhs)
@@ -90,13 +108,13 @@ class Resilience(unittest.TestCase):
                       f"in {time.monotonic() - t0:.1f} s")
 
     def stop_with_signal(self, sig, out, rank_to_signal):
-        """Starts a long run, sends `sig` to one rank once it makes progress; returns the exit code."""
-        data = self.tmp / "long.jsonl"
-        if not data.exists():
-            write_dataset(data, 3000, seed=11)
+        """Starts a run slowed to 250 ms a batch (a delay failpoint: about 60 batches per rank, so at
+        least 15 s however fast the machine), sends `sig` to one rank once it makes progress; returns
+        the exit code."""
+        data = self.data
         cmd = self.command(2, out, ["--progress-seconds", "0.1", "--threads", "1"], data=data, log_level="info")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=dict(ENV, LAYERTAP_FAILPOINT=""))
+                                env=dict(ENV, LAYERTAP_FAILPOINT="forward:1:delay=250"))
         log = []
         deadline = time.monotonic() + 120
         for line in proc.stdout:
@@ -121,14 +139,14 @@ class Resilience(unittest.TestCase):
                 self.assertEqual(code, 75, log[-3000:])
                 manifest = json.loads((out / "manifest.json").read_text())
                 self.assertFalse(manifest["complete"])
-                self.assertLess(manifest["totals"]["samples"], 3000)
+                self.assertLess(manifest["totals"]["samples"], 400)
                 print(f"[resilience] {sig.name} to rank {rank}: exit 75 after {seconds:.2f} s, "
                       f"{manifest['totals']['samples']} samples kept")
                 p = self.run_job(2, out, ["--resume"], data=data)
                 self.assertEqual(p.returncode, 0, p.stderr)
                 final, samples = read_output(out)
                 self.assertTrue(final["complete"])
-                self.assertEqual([s[0] for s in samples], list(range(3000)))
+                self.assertEqual([s[0] for s in samples], list(range(400)))
 
     def test_ctrl_c(self):
         """Ctrl-C (SIGINT to the process group, as a terminal sends it): the first stops after the
@@ -136,10 +154,10 @@ class Resilience(unittest.TestCase):
         it, ends the process at once (killed by that signal, nothing that looks complete). Under
         mpirun the ranks never see SIGINT: Open MPI 4 sends them SIGCONT, SIGTERM
         odls_base_sigkill_timeout (1) s later and SIGKILL as long again after that, and exits 1
-        whatever they return; raising the timeout gives the ranks' graceful stop the time it needs."""
-        data = self.tmp / "long.jsonl"
-        if not data.exists():
-            write_dataset(data, 3000, seed=11)
+        whatever they return; raising the timeout gives the ranks' graceful stop the time it needs.
+        The runs are the reference's 400 samples (about 120 batches), each stopped run slowed by a
+        delay failpoint so that it outlasts the signals however fast the machine."""
+        data = self.data
 
         def start(cmd, failpoint=""):
             # A session of its own: killpg reaches layertap and any helper it started, as Ctrl-C would.
@@ -152,6 +170,22 @@ class Resilience(unittest.TestCase):
                     return proc, log
             self.fail("no progress line:\n" + "".join(log))
 
+        def wait_taken(pid, sig):
+            """Until no `sig` is pending for the process: its handler has taken it. Two signals of
+            one kind sent before the first is taken merge into one (a busy machine can leave the
+            process unscheduled for longer than the test waits between them)."""
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    with open(f"/proc/{pid}/status") as f:
+                        pending = next(int(l.split()[1], 16) for l in f if l.startswith("ShdPnd:"))
+                except FileNotFoundError:
+                    return  # already ended
+                if not pending & (1 << (sig - 1)):
+                    return
+                time.sleep(0.005)
+            self.fail(f"{sig.name} still pending after 30 s")
+
         def finish(proc, log):
             rest, _ = proc.communicate(timeout=120)
             return "".join(log) + rest
@@ -161,7 +195,7 @@ class Resilience(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr[-3000:])
             final, samples = read_output(out)
             self.assertTrue(final["complete"])
-            self.assertEqual([s[0] for s in samples], list(range(3000)))
+            self.assertEqual([s[0] for s in samples], list(range(400)))
             v = subprocess.run([ARGS.layertap, "verify", out, "--samples", "3"], capture_output=True, text=True,
                                timeout=300)
             self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
@@ -177,16 +211,18 @@ class Resilience(unittest.TestCase):
         for name, signals, expected in cases:
             with self.subTest(ctrl_c=name):
                 out = self.tmp / f"ctrl-c-{name.replace(' ', '-')}"
-                # Twice: batches of a second (a delay failpoint); both signals come well inside the
-                # batch after the progress line, so the second surely finds the first one's stop
-                # waiting for the batch in flight.
+                # Once: batches of 250 ms (a delay failpoint), 30 s in all. Twice: batches of two
+                # seconds; both signals come well inside the batch after the progress line, the
+                # second once the first has been taken, so the second surely finds the first one's
+                # stop waiting for the batch in flight.
                 proc, log = start([str(out) if a == "OUT" else a for a in single],
-                                  "" if len(signals) == 1 else "forward:1:delay=1000")
+                                  "forward:1:delay=250" if len(signals) == 1 else "forward:1:delay=2000")
                 if len(signals) > 1:
                     time.sleep(0.2)
                 sent = time.monotonic()
                 for i, sig in enumerate(signals):
                     if i:
+                        wait_taken(proc.pid, signals[i - 1])
                         time.sleep(0.05)
                     os.killpg(proc.pid, sig)
                 log = finish(proc, log)
@@ -197,7 +233,7 @@ class Resilience(unittest.TestCase):
                     manifest = json.loads((out / "manifest.json").read_text())
                     self.assertFalse(manifest["complete"])
                     self.assertEqual(manifest["run"]["stopped_by"], signals[0].name)
-                    self.assertLess(manifest["totals"]["samples"], 3000)
+                    self.assertLess(manifest["totals"]["samples"], 400)
                 else:
                     # Killed in the batch in flight: no manifest, only the shards closed before.
                     self.assertLess(seconds, 10, "the second signal did not end the process at once")
@@ -214,9 +250,10 @@ class Resilience(unittest.TestCase):
                                    log_level="info")
                 if timeout:
                     cmd[1:1] = ["--mca", "odls_base_sigkill_timeout", str(timeout)]
-                # Batches slowed to 50 ms (a delay failpoint): the run outlasts mpirun's forwarding of
-                # the stop however fast the machine (unslowed, a quiet one finished the whole job first).
-                proc, log = start(cmd, "forward:1:delay=50")
+                # Batches slowed to 250 ms (a delay failpoint; about 60 per rank, 15 s): the run
+                # outlasts mpirun's forwarding of the stop, SIGTERM 5 s after Ctrl-C included, however
+                # fast the machine (unslowed, a quiet one finished the whole job first).
+                proc, log = start(cmd, "forward:1:delay=250")
                 sent = time.monotonic()
                 os.killpg(proc.pid, signal.SIGINT)
                 log = finish(proc, log)
@@ -430,5 +467,12 @@ class Resilience(unittest.TestCase):
             subprocess.run(["umount", "-l", str(mnt)])
 
 
+def load_tests(loader, tests, pattern):
+    names = loader.getTestCaseNames(Resilience)
+    in_parts = sorted(n for part in PARTS.values() for n in part)
+    assert in_parts == sorted(names), f"each test must be in exactly one of PARTS: {in_parts} vs {sorted(names)}"
+    return unittest.TestSuite(map(Resilience, PARTS[ARGS.part] if ARGS.part else names))
+
+
 if __name__ == "__main__":
-    run_tests(("layertap", "mpirun", "fixtures"))
+    run_tests(("layertap", "mpirun", "fixtures", "part"), defaults={"part": ""})
