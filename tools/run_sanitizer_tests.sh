@@ -8,8 +8,9 @@
 #     committed reproducer (fuzz/regressions/) and seed (fuzz/corpus/) replayed, then each target
 #     fuzzed for ${FUZZ_SECONDS:-15} s (FUZZ_SECONDS=0: replay only).
 # Any sanitizer report, failed test or fuzzer crash makes the script exit non-zero (both parts run
-# either way). From scratch on 2 shared cores: about 30 minutes (ASan build 6, unit/golden/io 1,
-# e2e/mpi 13, gpu on the simulated GPU 6, fuzz build 2, fuzzing 4 x 15 s plus replays).
+# either way). From scratch on 2 cores (a fresh clone, 2026-12-06): 31 minutes (ASan build 6.3,
+# unit/golden/io 0.5, e2e/mpi 8.4, gpu on the simulated GPU 13, fuzz build 1.3, fuzzing 4 x 15 s
+# plus replays 2.4).
 # SAN_SKIP_TESTS=1 or SAN_SKIP_FUZZ=1 runs one part only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -88,8 +89,8 @@ if [ "${SAN_SKIP_TESTS:-0}" != 1 ]; then
   export LAYERTAP_SIM_DEVICES=0
   # Labels run: unit, golden, io (under a minute), then e2e (the CLI through the Python
   # scripts, including e2e_distributed/e2e_moe/e2e_resilience.*/e2e_hostile_inputs under mpirun)
-  # and mpi (tests/mpi under mpirun): about 13 minutes on 2 cores shared with other builds, the
-  # two e2e_resilience parts (side by side) the longest at about 5 each. Left out: slurm (a
+  # and mpi (tests/mpi under mpirun): 8.4 minutes on 2 quiet cores (13 when shared with other
+  # builds), the two e2e_resilience parts (side by side) the longest at about 5 each. Left out: slurm (a
   # throw-away Slurm cluster around the same binary the e2e tests run; munge/slurmd start-up
   # dominates it) and gpu (no CUDA in this build).
   t0=$SECONDS
