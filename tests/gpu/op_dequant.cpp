@@ -112,6 +112,35 @@ int fp8_case(std::int64_t out, std::int64_t in, std::int64_t br, std::int64_t bc
                       d_out.guard_damage() + d_codes.guard_damage() + d_scales.guard_damage());
 }
 
+// A window of INT4-group words `wp` [rows, ceil(cols / 8)] and its scales `wsc` (ceil(cols / group)
+// per row, of `type`) expanded by kernels::dequantize_int4_group, held bit for bit to the element
+// decode of each nibble and to `want` (the host decoder's float32). INT4 and MXFP4 (E8M0 scales,
+// groups of 32) share it: only the scales' decode differs.
+int int4_window_on_device(const std::string& name, const std::vector<std::uint32_t>& wp,
+                          const std::vector<std::uint8_t>& wsc, std::int64_t rows, std::int64_t cols, std::int64_t group,
+                          kernels::ScaleType type, const std::vector<float>& want, const Variant& variant,
+                          cudaStream_t stream) {
+  const std::int64_t wwords = (cols + 7) / 8, wgroups = (cols + group - 1) / group;
+  std::vector<bf16_bits> want_bits(want.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::uint32_t nibble = (wp[std::size_t(r * wwords + c / 8)] >> (4 * (c % 8))) & 0xfu;
+      const float scale = kernels::scale_value(wsc.data(), r * wgroups + c / group, type);
+      want_bits[std::size_t(r * cols + c)] = kernels::int4_group_element(nibble, scale, type);
+    }
+  Guarded<std::uint32_t> d_words(std::int64_t(wp.size()), variant.misalign ? 1024 + 1 : 1024);
+  Guarded<std::uint8_t> d_scales(std::int64_t(wsc.size()));
+  Guarded<bf16_bits> d_out(rows * cols, variant.misalign ? 2048 + 1 : 2048);
+  d_words.upload(wp);
+  d_scales.upload(wsc);
+  poison_bf16(d_out);
+  kernels::dequantize_int4_group(as_bf16(d_out.data()), d_words.data(), d_scales.data(), type, rows, cols, group,
+                                 stream);
+  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return compare_bits(name, d_out.download(), want, want_bits,
+                      d_out.guard_damage() + d_words.guard_damage() + d_scales.guard_damage());
+}
+
 // A window of an [out, in] INT4 matrix with groups of `group` (col0 on a group boundary).
 int int4_case(std::int64_t out, std::int64_t in, std::int64_t group, DType st, const quant::Window& win,
               std::uint64_t seed, cudaStream_t stream, Variant variant = {}) {
@@ -151,28 +180,11 @@ int int4_case(std::int64_t out, std::int64_t in, std::int64_t group, DType st, c
   const kernels::ScaleType type = st == DType::BF16 ? kernels::ScaleType::BF16
                                   : st == DType::F16 ? kernels::ScaleType::F16
                                                      : kernels::ScaleType::F32;
-  std::vector<bf16_bits> want_bits(want.size());
-  for (std::int64_t r = 0; r < win.rows; ++r)
-    for (std::int64_t c = 0; c < win.cols; ++c) {
-      const std::uint32_t nibble = (wp[std::size_t(r * wwords + c / 8)] >> (4 * (c % 8))) & 0xfu;
-      const float scale = kernels::scale_value(wsc.data(), r * wgroups + c / group, type);
-      want_bits[std::size_t(r * win.cols + c)] = kernels::int4_group_element(nibble, scale, type);
-    }
-  Guarded<std::uint32_t> d_words(std::int64_t(wp.size()), variant.misalign ? 1024 + 1 : 1024);
-  Guarded<std::uint8_t> d_scales(std::int64_t(wsc.size()));
-  Guarded<bf16_bits> d_out(win.rows * win.cols, variant.misalign ? 2048 + 1 : 2048);
-  d_words.upload(wp);
-  d_scales.upload(wsc);
-  poison_bf16(d_out);
-  kernels::dequantize_int4_group(as_bf16(d_out.data()), d_words.data(), d_scales.data(), type, win.rows, win.cols,
-                                 group, stream);
-  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
   char name[200];
   std::snprintf(name, sizeof name, "int4 [%lld, %lld] groups of %lld, %s scales, window rows %lld+%lld cols %lld+%lld%s",
                 (long long)out, (long long)in, (long long)group, std::string(layertap::dtype_name(st)).c_str(), (long long)win.row0,
                 (long long)win.rows, (long long)win.col0, (long long)win.cols, variant_name(variant));
-  return compare_bits(name, d_out.download(), want, want_bits,
-                      d_out.guard_damage() + d_words.guard_damage() + d_scales.guard_damage());
+  return int4_window_on_device(name, wp, wsc, win.rows, win.cols, group, type, want, variant, stream);
 }
 
 // A window of an [out, in] MXFP4 matrix (in % 32 == 0; col0 on a block boundary), expanded as
@@ -201,28 +213,11 @@ int mxfp4_case(std::int64_t out, std::int64_t in, const quant::Window& win, std:
     std::memcpy(&wsc[std::size_t(r * wblocks)], &scales[std::size_t((win.row0 + r) * blocks + win.col0 / 32)],
                 std::size_t(wblocks));
   }
-  std::vector<bf16_bits> want_bits(want.size());
-  for (std::int64_t r = 0; r < win.rows; ++r)
-    for (std::int64_t c = 0; c < win.cols; ++c) {
-      const std::uint32_t nibble = (wp[std::size_t(r * wwords + c / 8)] >> (4 * (c % 8))) & 0xfu;
-      const float scale = kernels::scale_value(wsc.data(), r * wblocks + c / 32, kernels::ScaleType::E8M0);
-      want_bits[std::size_t(r * win.cols + c)] = kernels::int4_group_element(nibble, scale, kernels::ScaleType::E8M0);
-    }
-  Guarded<std::uint32_t> d_words(std::int64_t(wp.size()), variant.misalign ? 1024 + 1 : 1024);
-  Guarded<std::uint8_t> d_scales(std::int64_t(wsc.size()));
-  Guarded<bf16_bits> d_out(win.rows * win.cols, variant.misalign ? 2048 + 1 : 2048);
-  d_words.upload(wp);
-  d_scales.upload(wsc);
-  poison_bf16(d_out);
-  kernels::dequantize_int4_group(as_bf16(d_out.data()), d_words.data(), d_scales.data(), kernels::ScaleType::E8M0,
-                                 win.rows, win.cols, 32, stream);
-  LT_CUDA_CHECK(cudaStreamSynchronize(stream));
   char name[200];
   std::snprintf(name, sizeof name, "mxfp4 [%lld, %lld] window rows %lld+%lld cols %lld+%lld%s", (long long)out,
                 (long long)in, (long long)win.row0, (long long)win.rows, (long long)win.col0, (long long)win.cols,
                 variant_name(variant));
-  return compare_bits(name, d_out.download(), want, want_bits,
-                      d_out.guard_damage() + d_words.guard_damage() + d_scales.guard_damage());
+  return int4_window_on_device(name, wp, wsc, win.rows, win.cols, 32, kernels::ScaleType::E8M0, want, variant, stream);
 }
 
 int fills(cudaStream_t stream) {
