@@ -117,9 +117,9 @@ int fp8_case(std::int64_t out, std::int64_t in, std::int64_t br, std::int64_t bc
 // decode of each nibble and to `want` (the host decoder's float32). INT4 and MXFP4 (E8M0 scales,
 // groups of 32) share it: only the scales' decode differs.
 int int4_window_on_device(const std::string& name, const std::vector<std::uint32_t>& wp,
-                          const std::vector<std::uint8_t>& wsc, std::int64_t rows, std::int64_t cols, std::int64_t group,
-                          kernels::ScaleType type, const std::vector<float>& want, const Variant& variant,
-                          cudaStream_t stream) {
+                          const std::vector<std::uint8_t>& wsc, std::int64_t rows, std::int64_t cols,
+                          std::int64_t group, kernels::ScaleType type, const std::vector<float>& want,
+                          const Variant& variant, cudaStream_t stream) {
   const std::int64_t wwords = (cols + 7) / 8, wgroups = (cols + group - 1) / group;
   std::vector<bf16_bits> want_bits(want.size());
   for (std::int64_t r = 0; r < rows; ++r)
@@ -217,7 +217,8 @@ int mxfp4_case(std::int64_t out, std::int64_t in, const quant::Window& win, std:
   std::snprintf(name, sizeof name, "mxfp4 [%lld, %lld] window rows %lld+%lld cols %lld+%lld%s", (long long)out,
                 (long long)in, (long long)win.row0, (long long)win.rows, (long long)win.col0, (long long)win.cols,
                 variant_name(variant));
-  return int4_window_on_device(name, wp, wsc, win.rows, win.cols, 32, kernels::ScaleType::E8M0, want, variant, stream);
+  return int4_window_on_device(name, wp, wsc, win.rows, win.cols, 32, kernels::ScaleType::E8M0, want, variant,
+                               stream);
 }
 
 int fills(cudaStream_t stream) {
