@@ -27,8 +27,8 @@ enum class QkNorm { None, Always, WhenUseQkNorm };  // Qwen3: always; GLM-4.5: `
 // Defaults of keys that a family's configs may omit, as the family's transformers config class
 // sets them.
 struct TextDefaults {
-  int64_t hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
-      max_position_embeddings;
+  int64_t hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+      vocab_size, max_position_embeddings;
   bool tie_word_embeddings;
 };
 // transformers' Gemma3TextConfig (google/gemma-3-4b-it's text_config names only hidden_size,
@@ -38,6 +38,7 @@ constexpr TextDefaults kGemma3TextDefaults{.hidden_size = 2304,
                                            .num_hidden_layers = 26,
                                            .num_attention_heads = 8,
                                            .num_key_value_heads = 4,
+                                           .head_dim = 256,
                                            .vocab_size = 262208,
                                            .max_position_embeddings = 131072,
                                            .tie_word_embeddings = true};
@@ -507,7 +508,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.intermediate_size = size("intermediate_size", &TextDefaults::intermediate_size, kMaxWidth);
   c.num_layers = size("num_hidden_layers", &TextDefaults::num_hidden_layers, kMaxLayers);
   c.num_heads = size("num_attention_heads", &TextDefaults::num_attention_heads, kMaxHeads);
-  c.num_kv_heads = j.integer_or("num_key_value_heads", d != nullptr ? d->num_key_value_heads : c.num_heads, 1, kMaxHeads);
+  c.num_kv_heads =
+      j.integer_or("num_key_value_heads", d != nullptr ? d->num_key_value_heads : c.num_heads, 1, kMaxHeads);
   c.vocab_size = size("vocab_size", &TextDefaults::vocab_size, kMaxVocab);
   c.max_position_embeddings =
       j.integer_or("max_position_embeddings", d != nullptr ? d->max_position_embeddings : 0, 0, kMaxPositions);
@@ -526,8 +528,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     // head_dim stays 0: it is GQA's (config.json's head_dim, transformers' rope dim, is not read).
     c.mla = parse_mla(j, c);
   } else {
-    if (j.has("head_dim") || family.gemma3) {
-      c.head_dim = j.integer_or("head_dim", 256, 2, kMaxWidth);  // Gemma3TextConfig's default
+    if (j.has("head_dim") || d != nullptr) {
+      c.head_dim =
+          d != nullptr ? j.integer_or("head_dim", d->head_dim, 2, kMaxWidth) : j.integer("head_dim", 2, kMaxWidth);
     } else {
       LT_CHECK(c.hidden_size % c.num_heads == 0, j.where(), ": hidden_size ", c.hidden_size,
                " is not divisible by num_attention_heads ", c.num_heads, " and head_dim is not given");
